@@ -1,0 +1,115 @@
+"""The two environment shapes envsdk serves: `Environment` (server side, OpenEnv style) and
+`Env` (local, ms-swift style). Both run behind the same wire protocol.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, ClassVar, Generic, TypeVar, Union
+
+from envsdk.types import Action, Observation, State
+
+__all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT"]
+
+ActT = TypeVar("ActT", bound=Action)
+ObsT = TypeVar("ObsT", bound=Observation)
+StateT = TypeVar("StateT", bound=State)
+
+_MaybeAwaitable = Union[Any, Awaitable[Any]]
+
+
+class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
+    """A server-side environment: one instance per session.
+
+    Contract:
+
+    * ``reset(seed=None, episode_id=None, **kwargs) -> Observation`` starts a new episode;
+      the same seed must give the same first observation.
+    * ``step(action) -> Observation`` applies one action; the observation's ``done`` says the
+      episode ended (the server then refuses further steps until the next reset).
+    * ``state`` (a property) returns the current `State`.
+    * ``close()`` releases whatever the instance holds; it may be called more than once.
+
+    Any of ``reset``, ``step`` and ``close`` may be ``async def``: coroutines run on the server's
+    event loop (they must not block it), plain functions run in the server's shared, bounded
+    thread pool. Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be
+    declared in its signature (or accepted by ``**kwargs``): unknown ones are refused.
+
+    ``step_timeout_s`` and ``reset_timeout_s`` are the environment's default deadlines; the
+    server's settings override them. ``None`` means no deadline.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = True
+    step_timeout_s: ClassVar[float | None] = None
+    reset_timeout_s: ClassVar[float | None] = None
+
+    @abc.abstractmethod
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> ObsT | Awaitable[ObsT]:
+        """Start a new episode and return its first observation."""
+
+    @abc.abstractmethod
+    def step(self, action: ActT) -> ObsT | Awaitable[ObsT]:
+        """Apply one action and return the next observation."""
+
+    @property
+    @abc.abstractmethod
+    def state(self) -> StateT:
+        """The episode's current state."""
+
+    def close(self) -> None | Awaitable[None]:
+        """Release resources. Idempotent."""
+        return None
+
+
+@dataclass
+class RolloutRequest:
+    """What a local `Env` is reset with: one dataset row of one trajectory.
+
+    Attribute names follow ms-swift's ``RolloutInferRequest`` so that ms-swift-style envs
+    (``config.data_dict["env_config"]``) run unchanged.
+    """
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    data_dict: dict[str, Any] = field(default_factory=dict)
+    uuid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        cfg = self.data_dict.get("env_config")
+        return dict(cfg) if isinstance(cfg, dict) else {}
+
+
+class Env(abc.ABC):
+    """A local, in-process environment in ms-swift's shape.
+
+    Contract:
+
+    * ``__init__(env_config)`` gets the row's ``env_config`` dict.
+    * ``async reset(config: RolloutRequest) -> (observation, info, system_message)``.
+    * ``async step(messages) -> (next_observation, reward, done, info)`` where ``messages`` is
+      the whole conversation so far and its last entry is the model's latest reply.
+    * ``async close()`` releases resources; idempotent.
+
+    Register a class by name with ``envsdk.registry.envs["name"] = MyEnv``.
+    """
+
+    def __init__(self, env_config: dict[str, Any] | None = None) -> None:
+        self.env_config: dict[str, Any] = dict(env_config or {})
+
+    @abc.abstractmethod
+    async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
+        """Start an episode: return (observation, info, system_message)."""
+
+    @abc.abstractmethod
+    async def step(
+        self, messages: list[dict[str, Any]]
+    ) -> tuple[str, float, bool, dict[str, Any]]:
+        """React to the latest reply: return (next_observation, reward, done, info)."""
+
+    async def close(self) -> None:
+        """Release resources. Idempotent."""
+        return None

@@ -1,0 +1,92 @@
+"""One exception hierarchy for everything envsdk raises to its users.
+
+Each class says what went wrong; server-side errors keep every field of the error frame
+(`code`, `message`, `details`) so nothing the server said is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "EnvSDKError",
+    "ProtocolError",
+    "ConnectError",
+    "ServerError",
+    "CapacityError",
+    "EnvTimeoutError",
+    "EpisodeDoneError",
+    "NotResetError",
+    "SessionLostError",
+    "AuthenticationError",
+    "EnvNotFoundError",
+]
+
+
+class EnvSDKError(Exception):
+    """Base class of every error envsdk raises."""
+
+
+class ProtocolError(EnvSDKError):
+    """A peer sent a frame that does not follow the wire protocol."""
+
+
+class ConnectError(EnvSDKError):
+    """The server could not be reached (refused, DNS, handshake failure)."""
+
+
+class ServerError(EnvSDKError):
+    """The server answered with an error frame.
+
+    `code` is the wire error code (see `envsdk.protocol.ErrorCode`), `details` every other
+    field of the frame's data (for example pydantic's `errors` list, `active_sessions`).
+    """
+
+    def __init__(self, message: str, code: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{message} (code: {code})")
+        self.message = message
+        self.code = code
+        self.details: dict[str, Any] = dict(details or {})
+
+
+class CapacityError(ServerError):
+    """The server holds `max_sessions` sessions already (`CAPACITY_REACHED`)."""
+
+    @property
+    def active_sessions(self) -> int | None:
+        return self.details.get("active_sessions")
+
+    @property
+    def max_sessions(self) -> int | None:
+        return self.details.get("max_sessions")
+
+
+class EnvTimeoutError(ServerError):
+    """A reset or step ran past its deadline (`TIMEOUT`), or the reply did not arrive in time."""
+
+
+class EpisodeDoneError(ServerError):
+    """A step was sent after the episode ended (`EPISODE_DONE`); reset first."""
+
+
+class NotResetError(ServerError):
+    """A step or state was sent before any reset, or after a timeout ended the episode."""
+
+
+class AuthenticationError(ServerError):
+    """The server refused the credentials (`UNAUTHORIZED`)."""
+
+
+class SessionLostError(EnvSDKError):
+    """The session this client was using is gone and cannot be resumed.
+
+    Raised instead of silently continuing in a new episode: the caller must treat the
+    episode as lost (for a trainer: record the trajectory as an error).
+    """
+
+
+class EnvNotFoundError(EnvSDKError, KeyError):
+    """A registry lookup failed; the message lists the names that are known."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0]) if self.args else ""

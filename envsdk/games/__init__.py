@@ -1,0 +1,1 @@
+"""Pure game logic shared by servers, schedulers and policies (no I/O)."""

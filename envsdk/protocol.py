@@ -1,0 +1,315 @@
+"""The wire protocol: every frame that travels over `/ws`, in one module.
+
+Frames are JSON text, one request gets exactly one reply, in order. The shapes are OpenEnv's
+(see DESIGN.md, "Protocol"), so an OpenEnv client works against an envsdk server and the
+envsdk client works against an OpenEnv server. envsdk's extensions are opt-in and never sent
+to a peer that did not ask for them:
+
+* ``{"type": "session"}`` — the session handshake. The reply carries a session id and a
+  resume token; from then on the session outlives its connection for ``resume_window_s``.
+  A client resumes by connecting to ``/ws?session_id=<id>&resume_token=<token>``.
+* ``"id"`` on a request — a request id, echoed on its reply. A request whose id was already
+  answered is answered again from the server's record, never applied twice. Only sent to a
+  server that answered the handshake (OpenEnv forbids unknown top-level keys).
+* error codes ``TIMEOUT``, ``NOT_RESET``, ``EPISODE_DONE``, ``FRAME_TOO_LARGE``,
+  ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``.
+
+Server and client both build and read frames through this module only.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "WS_PATH",
+    "ErrorCode",
+    "CloseCode",
+    "ResetRequest",
+    "StepRequest",
+    "StateRequest",
+    "CloseRequest",
+    "SessionRequest",
+    "Request",
+    "REQUEST_TYPES",
+    "ObservationData",
+    "ObservationReply",
+    "StateReply",
+    "ErrorData",
+    "ErrorReply",
+    "SessionInfo",
+    "SessionReply",
+    "Reply",
+    "FrameError",
+    "decode_request",
+    "decode_reply",
+    "encode",
+    "observation_reply",
+    "state_reply",
+    "error_reply",
+    "session_reply",
+]
+
+PROTOCOL_VERSION = 1
+WS_PATH = "/ws"
+
+
+class ErrorCode(str, Enum):
+    """Error codes carried in ``{"type": "error", "data": {"code": ...}}``.
+
+    The first seven are OpenEnv's and mean what they mean there; the rest are envsdk's.
+    """
+
+    INVALID_JSON = "INVALID_JSON"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    EXECUTION_ERROR = "EXECUTION_ERROR"
+    CAPACITY_REACHED = "CAPACITY_REACHED"
+    FACTORY_ERROR = "FACTORY_ERROR"
+    SESSION_ERROR = "SESSION_ERROR"
+    # envsdk extensions
+    TIMEOUT = "TIMEOUT"
+    NOT_RESET = "NOT_RESET"
+    EPISODE_DONE = "EPISODE_DONE"
+    FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
+    RESUME_FAILED = "RESUME_FAILED"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+class CloseCode(int, Enum):
+    """WebSocket close codes the server uses (RFC 6455 plus the 4000 private range)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    TRY_AGAIN_LATER = 1013
+    SESSION_NOT_FOUND = 4404
+    SUPERSEDED = 4409
+
+
+# ---------------------------------------------------------------- requests (client -> server)
+
+
+class _Request(BaseModel):
+    # OpenEnv forbids unknown top-level keys; `id` is envsdk's only addition.
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, max_length=128, description="envsdk request id")
+
+
+class ResetRequest(_Request):
+    type: Literal["reset"] = "reset"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepRequest(_Request):
+    type: Literal["step"] = "step"
+    data: dict[str, Any]
+
+
+class StateRequest(_Request):
+    type: Literal["state"] = "state"
+
+
+class CloseRequest(_Request):
+    type: Literal["close"] = "close"
+
+
+class SessionRequest(_Request):
+    type: Literal["session"] = "session"
+
+
+Request = Annotated[
+    Union[ResetRequest, StepRequest, StateRequest, CloseRequest, SessionRequest],
+    Field(discriminator="type"),
+]
+REQUEST_TYPES: dict[str, type[_Request]] = {
+    "reset": ResetRequest,
+    "step": StepRequest,
+    "state": StateRequest,
+    "close": CloseRequest,
+    "session": SessionRequest,
+}
+
+# ---------------------------------------------------------------- replies (server -> client)
+
+
+class _Reply(BaseModel):
+    # Lenient: OpenEnv 0.10 adds fields (e.g. top-level "metadata") that older peers lack.
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+
+
+class ObservationData(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    observation: dict[str, Any] = Field(default_factory=dict)
+    reward: float | int | bool | None = None
+    done: bool = False
+
+
+class ObservationReply(_Reply):
+    type: Literal["observation"] = "observation"
+    data: ObservationData
+
+
+class StateReply(_Reply):
+    type: Literal["state"] = "state"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorData(BaseModel):
+    """An error's message and code; every other field is a detail (``errors``,
+    ``active_sessions``, ``max_sessions``, ``retry_after_s``, ``limit`` …)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message: str
+    code: str
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ErrorReply(_Reply):
+    type: Literal["error"] = "error"
+    data: ErrorData
+
+
+class SessionInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str
+    resume_token: str
+    resumed: bool = False
+    resume_window_s: float
+    protocol_version: int = PROTOCOL_VERSION
+    max_frame_bytes: int | None = None
+    episode_id: str | None = None
+    step_count: int = 0
+    done: bool = False
+
+
+class SessionReply(_Reply):
+    type: Literal["session"] = "session"
+    data: SessionInfo
+
+
+Reply = Annotated[
+    Union[ObservationReply, StateReply, ErrorReply, SessionReply],
+    Field(discriminator="type"),
+]
+_REPLY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Reply)
+
+# ---------------------------------------------------------------- decoding
+
+
+class FrameError(Exception):
+    """A request frame could not be decoded; `reply` is the error frame to send back."""
+
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def to_reply(self, request_id: str | None = None) -> ErrorReply:
+        return error_reply(self.code, self.message, request_id=request_id, **self.details)
+
+
+def decode_request(raw: str | bytes, *, max_bytes: int | None = None) -> _Request:
+    """Decode one client frame into a request model, or raise `FrameError`.
+
+    Never raises anything else: every bad input (not JSON, not an object, unknown type, bad
+    fields, too large) becomes the typed error the client should get.
+    """
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise FrameError(
+            ErrorCode.FRAME_TOO_LARGE,
+            f"Frame of {len(raw)} bytes exceeds the limit of {max_bytes} bytes",
+            limit=max_bytes,
+        )
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise FrameError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(
+            ErrorCode.VALIDATION_ERROR,
+            f"A frame must be a JSON object, got {type(obj).__name__}",
+            errors=[{"type": "dict_type", "loc": [], "msg": "Input should be a valid dictionary"}],
+        )
+    msg_type = obj.get("type")
+    model = REQUEST_TYPES.get(msg_type) if isinstance(msg_type, str) else None
+    if model is None:
+        shown = msg_type if isinstance(msg_type, str) else ("" if msg_type is None else repr(msg_type))
+        raise FrameError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown}")
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        raise FrameError(
+            ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
+        ) from None
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """Pydantic's error list in JSON-safe form, as OpenEnv sends it."""
+    return json.loads(exc.json())
+
+
+def decode_reply(raw: str | bytes) -> ObservationReply | StateReply | ErrorReply | SessionReply:
+    """Decode one server frame; raises `ValueError` for anything that is not a known reply."""
+    obj = json.loads(raw)
+    return _REPLY_ADAPTER.validate_python(obj)
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def encode(frame: BaseModel) -> str:
+    """Serialise a frame; a reply's `id` is left out unless the request carried one."""
+    body = frame.model_dump(mode="json")
+    if body.get("id") is None:
+        body.pop("id", None)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def observation_reply(
+    observation: dict[str, Any],
+    reward: float | int | bool | None,
+    done: bool,
+    *,
+    metadata: dict[str, Any] | None = None,
+    request_id: str | None = None,
+) -> ObservationReply:
+    """OpenEnv's observation frame: `reward` and `done` lifted out of the observation body;
+    a non-empty `metadata` is repeated at the top of `data` as openenv 0.10 does."""
+    extra: dict[str, Any] = {"metadata": metadata} if metadata else {}
+    return ObservationReply(
+        id=request_id,
+        data=ObservationData(observation=observation, reward=reward, done=done, **extra),
+    )
+
+
+def state_reply(state: dict[str, Any], *, request_id: str | None = None) -> StateReply:
+    return StateReply(id=request_id, data=state)
+
+
+def error_reply(
+    code: ErrorCode | str, message: str, *, request_id: str | None = None, **details: Any
+) -> ErrorReply:
+    code_str = code.value if isinstance(code, ErrorCode) else code
+    return ErrorReply(id=request_id, data=ErrorData(message=message, code=code_str, **details))
+
+
+def session_reply(info: SessionInfo, *, request_id: str | None = None) -> SessionReply:
+    return SessionReply(id=request_id, data=info)

@@ -1,0 +1,113 @@
+"""Helpers for tests and benchmarks: a real uvicorn server on a free loopback port, and a
+trivial echo environment.
+
+``running_server(app)`` starts uvicorn in a background thread on 127.0.0.1 and stops it when
+the block exits, so every test that starts a server also stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from envsdk.env import Environment
+from envsdk.types import Action, Observation, State
+
+__all__ = [
+    "free_port",
+    "running_server",
+    "EchoAction",
+    "EchoObservation",
+    "EchoEnvironment",
+]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(
+    app: Any, *, port: int | None = None, startup_timeout_s: float = 20.0, **uvicorn_kwargs: Any
+) -> Iterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1 in a thread; yield its ``http://`` base URL.
+
+    The server is asked to exit when the block ends and the thread is joined (bounded).
+    """
+    port = port or free_port()
+    kwargs: dict[str, Any] = {"log_level": "warning", "lifespan": "on"}
+    kwargs.update(uvicorn_kwargs)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, **kwargs)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"uvicorn on port {port} exited during startup")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            raise TimeoutError(f"uvicorn on port {port} did not start in {startup_timeout_s}s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        if thread.is_alive():
+            server.force_exit = True
+            thread.join(timeout=5)
+
+
+class EchoAction(Action):
+    message: str
+
+
+class EchoObservation(Observation):
+    echoed_message: str = ""
+    message_length: int = 0
+
+
+class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """Echoes each message back; reward = len(message)/10; ``done`` when the message is "done".
+
+    A message ``"sleep:<seconds>"`` sleeps (in a worker thread) before answering and
+    ``"raise"`` raises, for deadline and error tests.
+    """
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        import uuid
+
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return EchoObservation(echoed_message="ready", reward=0.0)
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        msg = action.message
+        if msg.startswith("sleep:"):
+            time.sleep(float(msg.split(":", 1)[1]))
+        elif msg == "raise":
+            raise RuntimeError("echo env raised on purpose")
+        self._state.step_count += 1
+        return EchoObservation(
+            echoed_message=msg,
+            message_length=len(msg),
+            reward=len(msg) / 10.0,
+            done=msg == "done",
+            metadata={"step": self._state.step_count},
+        )
+
+    @property
+    def state(self) -> State:
+        return self._state
