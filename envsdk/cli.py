@@ -1,0 +1,130 @@
+"""The ``envsdk`` command line.
+
+Each subcommand is one entry of `COMMANDS`: a name and a function that adds its parser to the
+subparsers and sets ``handler`` (a function of the parsed args returning an exit code). Add a
+subcommand by appending one ``(name, add_parser)`` pair.
+
+``envsdk serve module:target`` serves an environment:
+
+* ``target`` an `Environment` subclass: the action and observation types default to the
+  annotations of its ``step`` method (``action`` parameter and return type);
+* ``target`` a zero-argument factory: pass ``--action`` and ``--observation`` (or annotate the
+  factory's return type with an `Environment` subclass, whose ``step`` is then read);
+* ``target`` an ASGI app (e.g. a FastAPI app already built by `create_app`): served as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from envsdk.env import Environment
+
+__all__ = ["main", "COMMANDS", "import_target"]
+
+
+def import_target(spec: str) -> Any:
+    """The object named by ``"package.module:attribute"`` (dots after ':' walk attributes)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"error: expected 'module:attribute', got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"error: cannot import module {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SystemExit(f"error: module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _step_types(env_class: type) -> tuple[Any, Any]:
+    """(action type, observation type) from ``env_class.step``'s annotations, None if absent."""
+    try:
+        hints = typing.get_type_hints(env_class.step)
+    except Exception:  # unresolvable annotations: the user passes --action/--observation
+        return None, None
+    return hints.get("action"), hints.get("return")
+
+
+def _build_app(args: argparse.Namespace) -> Any:
+    from envsdk.server import create_app
+
+    target = import_target(args.target)
+    if not callable(target):
+        raise SystemExit(f"error: {args.target!r} is neither an app nor an environment factory")
+    is_env_class = isinstance(target, type) and issubclass(target, Environment)
+    if not is_env_class and not isinstance(target, type) and _is_asgi_app(target):
+        return target
+    env_class = target if is_env_class else _returned_env_class(target)
+    inferred_action, inferred_obs = _step_types(env_class) if env_class is not None else (None, None)
+    action = import_target(args.action) if args.action else inferred_action
+    observation = import_target(args.observation) if args.observation else inferred_obs
+    if not isinstance(action, type) or not isinstance(observation, type):
+        raise SystemExit(
+            f"error: cannot tell the action/observation types of {args.target!r}; "
+            "pass --action module:Class and --observation module:Class"
+        )
+    overrides: dict[str, Any] = {}
+    if args.max_concurrent_envs is not None:
+        overrides["max_concurrent_envs"] = args.max_concurrent_envs
+    return create_app(target, action, observation, **overrides)
+
+
+def _is_asgi_app(obj: Any) -> bool:
+    from starlette.applications import Starlette
+
+    return isinstance(obj, Starlette)
+
+
+def _returned_env_class(factory: Callable[..., Any]) -> type | None:
+    try:
+        returned = typing.get_type_hints(factory).get("return")
+    except Exception:  # no usable annotation
+        return None
+    return returned if isinstance(returned, type) and issubclass(returned, Environment) else None
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from envsdk.server import serve
+
+    serve(_build_app(args), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _add_serve(subparsers: Any) -> None:
+    parser = subparsers.add_parser("serve", help="serve an environment over WebSocket and HTTP")
+    parser.add_argument("target", help="module:EnvClass, module:factory or module:app")
+    parser.add_argument("--host", default=None, help="bind address (default: $HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port (default: $PORT or 8000)")
+    parser.add_argument(
+        "--max-concurrent-envs", type=int, default=None,
+        help="session capacity (default: $MAX_CONCURRENT_ENVS or 64)",
+    )
+    parser.add_argument("--action", default=None, help="module:Class of the action type")
+    parser.add_argument("--observation", default=None, help="module:Class of the observation type")
+    parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    parser.set_defaults(handler=_run_serve)
+
+
+COMMANDS: list[tuple[str, Callable[[Any], None]]] = [("serve", _add_serve)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default: ``sys.argv[1:]``), run the chosen subcommand, return its code."""
+    parser = argparse.ArgumentParser(prog="envsdk", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for _name, add_parser in COMMANDS:
+        add_parser(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

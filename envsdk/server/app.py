@@ -1,0 +1,319 @@
+"""`create_app`: a FastAPI app serving one environment over `/ws` and HTTP.
+
+WebSocket ``/ws`` speaks OpenEnv's protocol (see `envsdk.protocol`), plus envsdk's opt-in
+extensions:
+
+* ``{"type": "session"}`` answers a `SessionInfo`; from then on the session survives its
+  socket for ``resume_window_s``. Resume by connecting to
+  ``/ws?session_id=<id>&resume_token=<token>``: nothing is sent on success (send
+  ``{"type":"session"}`` again to read ``resumed: true`` and the episode's position); an
+  unknown id, a wrong token or an expired session gets ``RESUME_FAILED`` then close 4404.
+  A resume closes the session's previous socket, if still open, with 4409.
+* ``"id"`` on a request: echoed on the reply; exactly-once replay (see `sessions`).
+
+Frame size: text frames longer than ``max_frame_bytes`` are answered with FRAME_TOO_LARGE
+and the session goes on. Frames beyond the WebSocket layer's own limit (uvicorn's
+``ws_max_size``; `envsdk.server.serve` sets it to four times ``max_frame_bytes``) are refused
+by that layer with close code 1009. Binary frames are answered with INVALID_JSON.
+
+HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
+OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Callable
+
+from fastapi import Body, FastAPI, WebSocket
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ValidationError
+
+import envsdk
+from envsdk.env import Environment
+from envsdk.protocol import (
+    PROTOCOL_VERSION,
+    WS_PATH,
+    CloseCode,
+    ErrorCode,
+    FrameError,
+    decode_request,
+    validation_errors,
+)
+from envsdk.server.config import ServerConfig
+from envsdk.server.executors import Executors
+from envsdk.server.metrics import Metrics
+from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
+from envsdk.types import State
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("envsdk.server")
+
+_HTTP_STATUS = {
+    ErrorCode.VALIDATION_ERROR: 422,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.CAPACITY_REACHED: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
+}
+_BINARY_FRAME = "Binary frames are not accepted: send each request as a JSON text frame"
+
+
+class _HTTPStepBody(BaseModel):
+    """OpenEnv's ``POST /step`` body; ``timeout_s`` and ``request_id`` are accepted and unused."""
+
+    action: dict[str, Any]
+    timeout_s: float | None = None
+    request_id: str | None = None
+
+
+def create_app(
+    env_factory: type[Environment[Any, Any, Any]] | Callable[[], Environment[Any, Any, Any]],
+    action_type: type[BaseModel],
+    observation_type: type[BaseModel],
+    *,
+    state_type: type[BaseModel] = State,
+    config: ServerConfig | None = None,
+    **config_overrides: Any,
+) -> FastAPI:
+    """Build the app that serves `env_factory` (an Environment subclass or a zero-argument
+    callable returning an env instance; called once per session).
+
+    `config_overrides` are `ServerConfig` fields applied on top of `config` (or the defaults):
+    ``create_app(Env, A, O, max_concurrent_envs=4)``. The app's lifespan shutdown closes every
+    env and the pools; ``app.state.envsdk_config`` is the effective config.
+    """
+    base = config or ServerConfig()
+    cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
+    env_class = env_factory if isinstance(env_factory, type) else None
+    name = cfg.env_name or getattr(env_factory, "__name__", type(env_factory).__name__)
+    doc = inspect.getdoc(env_class) if env_class is not None else None
+    spec = EnvSpec(
+        factory=env_factory,
+        action_type=action_type,
+        observation_type=observation_type,
+        state_type=state_type,
+        name=name,
+        description=doc.splitlines()[0] if doc else f"{name} environment",
+        version=str(getattr(env_class, "version", "1.0.0")),
+    )
+    executors = Executors(cfg.executor_workers, cfg.process_workers)
+    metrics = Metrics()
+    table = SessionTable(spec, cfg, executors, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        reaper = asyncio.ensure_future(_reap_forever(table)) if cfg.idle_timeout_s else None
+        try:
+            yield
+        finally:
+            if reaper is not None:
+                reaper.cancel()
+            await table.close_all()
+            executors.shutdown()
+
+    app = FastAPI(title=name, description=spec.description, lifespan=lifespan)
+    app.state.envsdk_config = cfg
+    app.state.envsdk_sessions = table
+
+    @app.websocket(WS_PATH)
+    async def ws_endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        executors.bind()
+        query = ws.query_params
+        session_id, resume_token = query.get("session_id"), query.get("resume_token")
+        if session_id is not None or resume_token is not None:
+            found = table.find(session_id, resume_token)
+            if found is None:
+                table.metrics.errors[ErrorCode.RESUME_FAILED.value] += 1
+                await _refuse(
+                    ws,
+                    error_frame(
+                        ErrorCode.RESUME_FAILED,
+                        f"Cannot resume session {session_id!r}: unknown, expired, or wrong resume token",
+                        session_id=session_id,
+                    ),
+                    CloseCode.SESSION_NOT_FOUND,
+                )
+                return
+            session = found
+            previous = table.attach(session, ws)
+            if previous is not None:
+                asyncio.ensure_future(_close_superseded(previous))
+        else:
+            try:
+                session = await table.open(ws)
+            except FrameError as exc:
+                table.metrics.errors[exc.code.value] += 1
+                code = (
+                    CloseCode.TRY_AGAIN_LATER
+                    if exc.code in (ErrorCode.CAPACITY_REACHED, ErrorCode.SHUTTING_DOWN)
+                    else CloseCode.NORMAL
+                )
+                await _refuse(ws, error_frame(exc.code, exc.message, **exc.details), code)
+                return
+        try:
+            await _serve_connection(ws, session, table)
+        finally:
+            table.detach(session, ws)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "healthy",
+            "active_sessions": table.active,
+            "max_sessions": cfg.max_concurrent_envs,
+            "env_name": spec.name,
+        }
+
+    @app.get("/metadata")
+    async def metadata() -> dict[str, Any]:
+        return {
+            "name": spec.name,
+            "description": spec.description,
+            "readme_content": None,
+            "version": spec.version,
+            "author": None,
+            "documentation_url": None,
+            "envsdk_version": envsdk.__version__,
+            "protocol_version": PROTOCOL_VERSION,
+        }
+
+    @app.get("/schema")
+    async def schema() -> dict[str, Any]:
+        return {
+            "action": action_type.model_json_schema(),
+            "observation": observation_type.model_json_schema(),
+            "state": state_type.model_json_schema(),
+        }
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus_metrics() -> str:
+        return metrics.render(active_sessions=table.active, max_sessions=cfg.max_concurrent_envs)
+
+    @app.post("/reset")
+    async def http_reset(body: dict[str, Any] | None = Body(default=None)) -> Any:
+        """Stateless, as in OpenEnv: a fresh env is built, reset with the body's keyword
+        arguments, and closed; the reply is ``{observation, reward, done, metadata}``."""
+        return await _stateless(table, "reset", body or {})
+
+    @app.post("/step")
+    async def http_step(body: _HTTPStepBody) -> Any:
+        """Stateless, as in OpenEnv: a fresh env (never reset) takes the one action, then is
+        closed. Useful only for envs that can step without a reset."""
+        return await _stateless(table, "step", body.action)
+
+    @app.get("/state")
+    async def http_state() -> Any:
+        """Stateless, as in OpenEnv: the state of a freshly built env, which is then closed."""
+        return await _stateless(table, "state", {})
+
+    return app
+
+
+async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable) -> None:
+    """Read requests until the socket goes or the client sends ``close``; one reply each."""
+    max_bytes = table.config.max_frame_bytes
+    errors = table.metrics.errors
+    receive, send = ws.receive, ws.send_text
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        text = message.get("text")
+        if text is None:
+            errors[ErrorCode.INVALID_JSON.value] += 1
+            reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
+        else:
+            try:
+                request = decode_request(text, max_bytes=max_bytes)
+            except FrameError as exc:
+                errors[exc.code.value] += 1
+                reply = error_frame(exc.code, exc.message, **exc.details)
+            else:
+                if request.type == "close":
+                    table.destroy(session)
+                    await _close_quietly(ws, CloseCode.NORMAL)
+                    return
+                reply = await session.handle(request)
+        try:
+            await send(reply)
+        except Exception:  # any send failure means the peer is gone; the caller detaches
+            return
+
+
+async def _refuse(ws: WebSocket, frame: str, code: int) -> None:
+    try:
+        await ws.send_text(frame)
+    except Exception:  # the peer left before hearing why; nothing to do
+        return
+    await _close_quietly(ws, code)
+
+
+async def _close_quietly(ws: Any, code: int, reason: str | None = None) -> None:
+    try:
+        await ws.close(code=code, reason=reason)
+    except Exception:  # already closed by the peer
+        pass
+
+
+async def _close_superseded(ws: Any) -> None:
+    await _close_quietly(ws, CloseCode.SUPERSEDED, "superseded by a resumed connection")
+
+
+async def _reap_forever(table: SessionTable) -> None:
+    limit = table.config.idle_timeout_s or 1.0
+    while True:
+        await asyncio.sleep(min(limit / 2, 5.0))
+        table.reap_idle(time.monotonic())
+
+
+async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
+    """One call on a throw-away env, with the WebSocket path's checks and deadlines."""
+    try:
+        env = await table.create_env()
+    except FrameError as exc:
+        return _http_error(table, exc)
+    abandoned: list[asyncio.Future[Any]] = []
+    try:
+        if what == "state":
+            try:
+                state = env.state
+                if inspect.isawaitable(state):
+                    state = await state
+            except Exception as exc:
+                raise FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__) from None
+            return state.model_dump() if isinstance(state, BaseModel) else dict(state)
+        if what == "reset":
+            args: tuple[Any, ...] = ()
+            kwargs = table.reset_kwargs(env, data)
+            deadline = table.deadline(env, "reset_timeout_s")
+        else:
+            try:
+                args = (table.spec.action_type.model_validate(data),)
+            except ValidationError as exc:
+                return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
+            kwargs = {}
+            deadline = table.deadline(env, "step_timeout_s")
+        obs = await table.call(env, what, args, kwargs, deadline, abandoned.append)
+        if what == "reset":
+            table.metrics.resets += 1
+        body, reward, done, metadata = observation_parts(obs)
+        return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
+    except FrameError as exc:
+        return _http_error(table, exc)
+    finally:
+        table.close_env_soon(env, after=abandoned[0] if abandoned else None)
+
+
+def _http_error(table: SessionTable, exc: FrameError) -> JSONResponse:
+    table.metrics.errors[exc.code.value] += 1
+    if exc.code is ErrorCode.VALIDATION_ERROR and "errors" in exc.details:
+        return JSONResponse({"detail": exc.details["errors"]}, status_code=422)
+    status = _HTTP_STATUS.get(exc.code, 500)
+    return JSONResponse({"detail": {"message": exc.message, "code": exc.code.value, **exc.details}}, status_code=status)

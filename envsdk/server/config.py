@@ -1,0 +1,95 @@
+"""`ServerConfig`: every knob of an envsdk server, in one value object."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES"]
+
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+def _default_max_concurrent_envs() -> int:
+    raw = os.environ.get("MAX_CONCURRENT_ENVS")
+    if raw is None or raw.strip() == "":
+        return 64
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}")
+    return value
+
+
+def _default_executor_workers() -> int:
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+class ServerConfig(BaseModel):
+    """How a server built by `create_app` behaves. Immutable; build a new one to change it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_concurrent_envs: int = Field(
+        default_factory=_default_max_concurrent_envs,
+        ge=1,
+        description="Most sessions (env instances) alive at once, connected or awaiting resume. "
+        "Default: the MAX_CONCURRENT_ENVS environment variable, else 64.",
+    )
+    resume_window_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a session that did the `session` handshake outlives its socket.",
+    )
+    step_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one step; None = the environment class's `step_timeout_s`.",
+    )
+    reset_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one reset; None = the environment class's `reset_timeout_s`.",
+    )
+    max_frame_bytes: int = Field(
+        default=DEFAULT_MAX_FRAME_BYTES,
+        ge=64,
+        description="Largest request frame answered normally; larger ones get FRAME_TOO_LARGE.",
+    )
+    executor_workers: int = Field(
+        default_factory=_default_executor_workers,
+        ge=1,
+        description="Threads of the one shared pool that runs synchronous env methods.",
+    )
+    process_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Processes of the pool behind `run_in_process`; 0 = no process pool "
+        "(run_in_process then uses the thread pool).",
+    )
+    idle_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Close a session that received no request for this long, even with a live "
+        "socket. None (default): a session with a live socket is never reaped.",
+    )
+    unknown_reset_kwargs: Literal["error", "drop"] = Field(
+        default="error",
+        description="Reset keys the env's `reset` does not accept: 'error' answers "
+        "VALIDATION_ERROR, 'drop' ignores them as OpenEnv does.",
+    )
+    env_name: str | None = Field(
+        default=None, description="Name reported by /metadata; default: the env class name."
+    )
+    replay_window: int = Field(
+        default=16,
+        ge=1,
+        description="How many answered request ids each session remembers for replay.",
+    )
+    capacity_retry_after_s: float = Field(
+        default=1.0, ge=0, description="`retry_after_s` hint sent with CAPACITY_REACHED."
+    )

@@ -1,0 +1,70 @@
+"""Server counters, rendered in the Prometheus text exposition format for ``GET /metrics``.
+
+Plain integers and floats updated on the event loop (no locks needed); no client library.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+__all__ = ["Metrics", "STEP_LATENCY_BUCKETS_S"]
+
+STEP_LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+
+class Metrics:
+    """What `/metrics` reports; the session table and request handling update it."""
+
+    def __init__(self) -> None:
+        self.sessions_opened = 0
+        self.sessions_closed = 0
+        self.steps = 0
+        self.resets = 0
+        self.errors: Counter[str] = Counter()
+        self._step_buckets = [0] * (len(STEP_LATENCY_BUCKETS_S) + 1)
+        self._step_sum_s = 0.0
+
+    def observe_step(self, seconds: float) -> None:
+        self.steps += 1
+        self._step_sum_s += seconds
+        self._step_buckets[bisect.bisect_left(STEP_LATENCY_BUCKETS_S, seconds)] += 1
+
+    def render(self, *, active_sessions: int, max_sessions: int) -> str:
+        lines = [
+            "# HELP envsdk_active_sessions Sessions holding an environment instance.",
+            "# TYPE envsdk_active_sessions gauge",
+            f"envsdk_active_sessions {active_sessions}",
+            "# HELP envsdk_max_sessions Session capacity (max_concurrent_envs).",
+            "# TYPE envsdk_max_sessions gauge",
+            f"envsdk_max_sessions {max_sessions}",
+            "# HELP envsdk_sessions_opened_total Sessions created.",
+            "# TYPE envsdk_sessions_opened_total counter",
+            f"envsdk_sessions_opened_total {self.sessions_opened}",
+            "# HELP envsdk_sessions_closed_total Sessions destroyed (slot freed).",
+            "# TYPE envsdk_sessions_closed_total counter",
+            f"envsdk_sessions_closed_total {self.sessions_closed}",
+            "# HELP envsdk_resets_total Resets executed.",
+            "# TYPE envsdk_resets_total counter",
+            f"envsdk_resets_total {self.resets}",
+            "# HELP envsdk_steps_total Steps executed.",
+            "# TYPE envsdk_steps_total counter",
+            f"envsdk_steps_total {self.steps}",
+            "# HELP envsdk_errors_total Error frames sent, by code.",
+            "# TYPE envsdk_errors_total counter",
+        ]
+        lines += [f'envsdk_errors_total{{code="{code}"}} {n}' for code, n in sorted(self.errors.items())]
+        lines += [
+            "# HELP envsdk_step_duration_seconds Time spent in env.step.",
+            "# TYPE envsdk_step_duration_seconds histogram",
+        ]
+        cumulative = 0
+        for bound, count in zip(STEP_LATENCY_BUCKETS_S, self._step_buckets):
+            cumulative += count
+            lines.append(f'envsdk_step_duration_seconds_bucket{{le="{bound}"}} {cumulative}')
+        lines.append(f'envsdk_step_duration_seconds_bucket{{le="+Inf"}} {self.steps}')
+        lines.append(f"envsdk_step_duration_seconds_sum {self._step_sum_s}")
+        lines.append(f"envsdk_step_duration_seconds_count {self.steps}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,68 @@
+"""`envsdk serve` as a real subprocess, reached by the real OpenEnv client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+
+from envsdk.cli import main
+from envsdk.testing import free_port
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            return httpx.get(url + "/health", timeout=1).json()
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError("server did not become healthy")
+
+
+@pytest.mark.timeout(60)
+def test_envsdk_serve_runs_an_environment_class_the_openenv_client_can_use():
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "MAX_CONCURRENT_ENVS")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment",
+         "--port", str(port), "--max-concurrent-envs", "3"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        health = _wait_healthy(url, proc)
+        assert health["max_sessions"] == 3
+        client = GenericEnvClient(base_url=url).sync()
+        try:
+            assert client.reset().observation["echoed_message"] == "ready"
+            assert client.step({"message": "via cli"}).observation["echoed_message"] == "via cli"
+            assert client.state()["step_count"] == 1
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        try:
+            _, stderr = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate(timeout=5)
+    assert "Traceback" not in stderr, stderr
+
+
+def test_serve_refuses_a_factory_whose_types_it_cannot_tell():
+    # free_port is callable but neither an Environment class nor annotated to return one.
+    with pytest.raises(SystemExit, match="--action"):
+        main(["serve", "envsdk.testing:free_port"])
+
+
+def test_serve_names_a_missing_module():
+    with pytest.raises(SystemExit, match="cannot import module"):
+        main(["serve", "no_such_module_xyz:Env"])
