@@ -1,0 +1,284 @@
+"""Adapters between the two environment shapes and the wire protocol.
+
+* `EnvEnvironment` serves any local `Env` (ms-swift style) as a server-side `Environment`:
+  the action is the conversation (`ChatAction`), the observation is the env's text with its
+  info and system message (`ChatObservation`). `env_app` builds the FastAPI app for it.
+* `RemoteEnv` presents any remote server — envsdk or OpenEnv — as a local `Env`, through
+  `EnvClient`. Against a server built by `env_app` it passes the conversation through
+  unchanged, so the remote Env behaves exactly as it would in-process.
+* `local_client` drives a local `Env` through the same client API with no socket (the
+  in-process transport), like httpx's ``ASGITransport``.
+
+So one scheduler code path covers local and remote environments of either shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.request
+import uuid as uuid_module
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from fastapi import FastAPI
+from pydantic import Field, field_validator
+
+from envsdk.client import EnvClient, InProcessTransport
+from envsdk.env import Env, Environment, RolloutRequest
+from envsdk.errors import EpisodeDoneError, NotResetError
+from envsdk.protocol import ErrorCode
+from envsdk.registry import envs
+from envsdk.server import ServerConfig, create_app
+from envsdk.types import Action, Observation, State, StepResult
+
+__all__ = [
+    "ChatAction",
+    "ChatObservation",
+    "EnvEnvironment",
+    "env_app",
+    "RemoteEnv",
+    "local_client",
+    "LocalEnvClient",
+]
+
+
+class ChatAction(Action):
+    """The conversation so far; its last message is the model's latest reply."""
+
+    messages: list[dict[str, Any]] = Field(description="The whole conversation, latest reply last")
+
+
+class ChatObservation(Observation):
+    """What a local `Env` answered: its text, its info dict and (after reset) its system message."""
+
+    text: str = Field(default="", description="The observation text the model sees next")
+    info: dict[str, Any] = Field(default_factory=dict, description="The env's info dict")
+    system_message: str | None = Field(default=None, description="The env's system message (reset only)")
+
+    @field_validator("info", mode="before")
+    @classmethod
+    def _json_safe(cls, value: Any) -> Any:
+        # An env's info may hold tuples, numpy scalars, paths…: keep it rather than fail the
+        # frame, in the form it will have on the wire anyway.
+        return json.loads(json.dumps(value, default=str)) if isinstance(value, dict) else value
+
+
+def _resolve_env_class(env: type[Env] | str) -> tuple[type[Env], str]:
+    if isinstance(env, str):
+        return envs[env], env
+    if not (isinstance(env, type) and issubclass(env, Env)):
+        raise TypeError(f"expected an Env subclass or a registered env name, got {env!r}")
+    return env, env.__name__
+
+
+class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
+    """One session of a local `Env` served as an `Environment`.
+
+    ``reset`` carries the dataset row: ``messages``, ``data_dict`` (whose ``env_config`` the
+    env is built with), ``env_config`` (merged over ``data_dict["env_config"]``), ``uuid``;
+    ``seed``, when given, overrides ``env_config["seed"]``. Each reset builds a fresh env
+    instance (closing the previous one), as ms-swift does per trajectory. ``step`` passes the
+    conversation to ``env.step``. The server refuses steps after ``done``.
+    """
+
+    def __init__(self, env_cls: type[Env]) -> None:
+        self.env_cls = env_cls
+        self._env: Env | None = None
+        self._state = State()
+
+    # The row's keys are named, not swallowed by **kwargs: the server refuses unknown reset
+    # arguments by this signature, so a misspelt key is an error rather than silently lost.
+    async def reset(  # type: ignore[override]
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        data_dict: dict[str, Any] | None = None,
+        env_config: dict[str, Any] | None = None,
+        uuid: str | None = None,
+    ) -> ChatObservation:
+        row = dict(data_dict or {})
+        config = dict(row.get("env_config") or {})
+        config.update(env_config or {})
+        if seed is not None:
+            config["seed"] = seed
+        row["env_config"] = config
+        request = RolloutRequest(
+            messages=list(messages or []),
+            data_dict=row,
+            uuid=uuid or episode_id or uuid_module.uuid4().hex,
+        )
+        await self.close()
+        self._env = self.env_cls(config)
+        self._state = State(episode_id=episode_id or request.uuid, step_count=0)
+        observation, info, system_message = await self._env.reset(request)
+        return ChatObservation(text=observation, info=info, system_message=system_message, reward=0.0)
+
+    async def step(self, action: ChatAction) -> ChatObservation:
+        if self._env is None:
+            raise NotResetError("EnvEnvironment.step called before reset", ErrorCode.NOT_RESET.value)
+        observation, reward, done, info = await self._env.step(action.messages)
+        self._state.step_count += 1
+        return ChatObservation(text=observation, info=info, reward=float(reward), done=bool(done))
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    async def close(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            await env.close()
+
+
+def env_app(env: type[Env] | str, *, config: ServerConfig | None = None, **server_options: Any) -> FastAPI:
+    """The FastAPI app serving `env` (an `Env` subclass or a registered name) over ``/ws``.
+
+    `config` and `server_options` are those of `envsdk.server.create_app` (for example
+    ``max_concurrent_envs=64``); the app is named after the env unless ``env_name`` is given.
+    """
+    env_cls, name = _resolve_env_class(env)
+    if "env_name" not in server_options and (config is None or config.env_name is None):
+        server_options["env_name"] = name
+
+    def factory() -> EnvEnvironment:
+        return EnvEnvironment(env_cls)
+
+    return create_app(factory, ChatAction, ChatObservation, config=config, **server_options)
+
+
+class LocalEnvClient(EnvClient):
+    """An `EnvClient` that owns its in-process transport: ``close`` also shuts the app down."""
+
+    async def close(self) -> None:
+        await super().close()
+        if isinstance(self.transport, InProcessTransport):
+            await self.transport.aclose()
+
+
+def local_client(env: type[Env] | str, **server_options: Any) -> LocalEnvClient:
+    """A client of `env` served in this process with no socket; the same API as a remote one.
+
+    `server_options` go to `env_app`. Close the client to close the env and the app.
+    """
+    app = env_app(env, **server_options)
+    return LocalEnvClient("http://in-process", transport=InProcessTransport(app))
+
+
+_CODE_FENCE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def _http_url(base_url: str, path: str) -> str:
+    parts = urlsplit(base_url.strip())
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme.lower(), parts.scheme.lower())
+    prefix = parts.path.rstrip("/")
+    if prefix.endswith("/ws"):
+        prefix = prefix[: -len("/ws")]
+    return urlunsplit((scheme, parts.netloc, prefix + path, "", ""))
+
+
+def _serves_chat(schema: dict[str, Any]) -> bool:
+    action = set((schema.get("action") or {}).get("properties") or {})
+    observation = set((schema.get("observation") or {}).get("properties") or {})
+    return "messages" in action and {"text", "info", "system_message"} <= observation
+
+
+class RemoteEnv(Env):
+    """Any remote environment server as a local `Env`.
+
+    ``env_config``: ``base_url`` (default ``http://localhost:8000``), ``reset_kwargs`` (sent
+    with every reset; ``seed`` from ``env_config`` is added unless given), ``system_message``
+    (returned by ``reset`` for action-style servers), ``mode``: ``"chat"`` when the server is
+    an `env_app` (the conversation is passed through and the remote Env's own text, info and
+    system message come back), ``"action"`` for any other server (the latest reply becomes an
+    action through `parse_action`, observations become text through `format_observation`),
+    or ``"auto"`` (default: read the server's ``/schema`` once).
+
+    Each `RemoteEnv` holds one session; ``close`` ends it. Steps after ``done`` raise
+    `EpisodeDoneError` whatever the server does.
+    """
+
+    def __init__(self, env_config: dict[str, Any] | None = None) -> None:
+        super().__init__(env_config)
+        self.base_url: str = str(self.env_config.get("base_url", "http://localhost:8000"))
+        self.mode: str = str(self.env_config.get("mode", "auto"))
+        if self.mode not in ("auto", "chat", "action"):
+            raise ValueError(f"RemoteEnv mode must be 'auto', 'chat' or 'action', got {self.mode!r}")
+        self.client: EnvClient | None = None
+        self._done = False
+
+    def parse_action(self, text: str) -> dict[str, Any]:
+        """The action for a reply: a fenced or bare JSON object as is, else ``{"message": text}``."""
+        fenced = _CODE_FENCE.match(text)
+        body = fenced.group(1) if fenced else text
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return {"message": text}
+        return parsed if isinstance(parsed, dict) else {"message": text}
+
+    def format_observation(self, observation: Any) -> str:
+        """The text the model sees for an observation body."""
+        return json.dumps(observation, ensure_ascii=False, default=str)
+
+    async def _detect_mode(self) -> str:
+        if self.mode != "auto":
+            return self.mode
+
+        def fetch() -> dict[str, Any]:
+            with urllib.request.urlopen(_http_url(self.base_url, "/schema"), timeout=10) as response:
+                return dict(json.load(response))
+
+        try:
+            schema = await asyncio.to_thread(fetch)
+        except (OSError, ValueError):
+            # No /schema (or not JSON): not an env_app, so speak plain actions.
+            self.mode = "action"
+        else:
+            self.mode = "chat" if _serves_chat(schema) else "action"
+        return self.mode
+
+    async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
+        mode = await self._detect_mode()
+        if self.client is None:
+            self.client = EnvClient(self.base_url)
+        kwargs = dict(self.env_config.get("reset_kwargs") or {})
+        if "seed" in self.env_config:
+            kwargs.setdefault("seed", self.env_config["seed"])
+        self._done = False
+        if mode == "chat":
+            result = await self.client.reset(
+                messages=config.messages, data_dict=config.data_dict, uuid=config.uuid, **kwargs
+            )
+            body = result.observation
+            return str(body.get("text", "")), dict(body.get("info") or {}), body.get("system_message")
+        result = await self.client.reset(**kwargs)
+        info = {"observation": result.observation, "metadata": result.metadata}
+        return self.format_observation(result.observation), info, self.env_config.get("system_message")
+
+    async def step(self, messages: list[dict[str, Any]]) -> tuple[str, float, bool, dict[str, Any]]:
+        if self.client is None:
+            raise NotResetError("RemoteEnv.step called before reset", ErrorCode.NOT_RESET.value)
+        if self._done:
+            raise EpisodeDoneError(
+                "the remote episode is over; reset before stepping again", ErrorCode.EPISODE_DONE.value
+            )
+        result: StepResult[Any]
+        if self.mode == "chat":
+            result = await self.client.step({"messages": messages})
+            body = result.observation
+            text, info = str(body.get("text", "")), dict(body.get("info") or {})
+        else:
+            reply = str(messages[-1].get("content", "")) if messages else ""
+            result = await self.client.step(self.parse_action(reply))
+            text = self.format_observation(result.observation)
+            info = {"observation": result.observation, "metadata": result.metadata}
+        self._done = result.done
+        return text, float(result.reward or 0.0), result.done, info
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            await client.close()

@@ -1,0 +1,167 @@
+"""Name registries for local environments and schedulers, and plugin loading.
+
+ms-swift's convention, kept as is: a plugin file registers its classes on import,
+
+    from envsdk.registry import envs
+    envs["my_env"] = MyEnv
+
+and is loaded with ``--external-plugins path/to/plugin.py`` (`load_plugins`). Built-ins are
+registered by import path and loaded on first lookup, so ``envs["frozen_lake"]`` works without
+importing `envsdk.envs` first and `import envsdk.registry` stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Iterator, MutableMapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Generic, TypeVar
+
+from envsdk.errors import EnvNotFoundError, EnvSDKError
+
+__all__ = ["Registry", "PluginLoadError", "envs", "schedulers", "load_plugins", "import_object"]
+
+T = TypeVar("T")
+
+
+class PluginLoadError(EnvSDKError):
+    """A plugin file is missing, or raised while it was imported (the cause is chained)."""
+
+
+def import_object(spec: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute.
+
+    Raises `ImportError` when the module or the attribute does not exist.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ImportError(f"expected 'module:attribute', got {spec!r}")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
+
+
+class Registry(MutableMapping[str, T], Generic[T]):
+    """A name -> class mapping whose failed lookups say which names exist.
+
+    `builtins` maps names to ``"module:attribute"`` import paths resolved on first lookup; an
+    explicit assignment of the same name wins over a built-in.
+    """
+
+    def __init__(self, kind: str, builtins: dict[str, str] | None = None) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = dict(builtins or {})
+
+    def __getitem__(self, name: str) -> T:
+        if name in self._items:
+            return self._items[name]
+        if name in self._lazy:
+            value: T = import_object(self._lazy.pop(name))
+            self._items[name] = value
+            return value
+        known = ", ".join(sorted(self)) or "none"
+        raise EnvNotFoundError(
+            f"no {self.kind} named {name!r} is registered; known {self.kind}s: {known}."
+            f" Register one with `{self.kind}s[name] = Class` in a plugin file loaded by"
+            " --external-plugins."
+        )
+
+    def __setitem__(self, name: str, value: T) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{self.kind} names must be non-empty strings, got {name!r}")
+        self._lazy.pop(name, None)
+        self._items[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        if name in self._items:
+            del self._items[name]
+        elif name in self._lazy:
+            del self._lazy[name]
+        else:
+            raise EnvNotFoundError(f"no {self.kind} named {name!r} is registered")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._items, *(n for n in self._lazy if n not in self._items)])
+
+    def __len__(self) -> int:
+        return len(self._items) + sum(1 for n in self._lazy if n not in self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items or name in self._lazy
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, names={sorted(self)})"
+
+
+#: Local environments (`envsdk.env.Env` subclasses) by name.
+envs: Registry[Any] = Registry(
+    "env",
+    builtins={
+        "frozen_lake": "envsdk.envs.frozen_lake:FrozenLakeEnv",
+        # Any remote server as an Env: rows say {"name": "remote", "base_url": ...}.
+        "remote": "envsdk.adapters:RemoteEnv",
+    },
+)
+#: Multi-turn schedulers by name.
+schedulers: Registry[Any] = Registry(
+    "scheduler",
+    builtins={
+        "gym": "envsdk.schedulers.gym:GYMScheduler",
+        "openenv": "envsdk.schedulers.openenv:OpenEnvScheduler",
+        "sudoku": "envsdk.schedulers.sudoku:SudokuScheduler",
+    },
+)
+
+
+def _module_name_for(path: Path) -> str:
+    # Unique per file, so two plugins that share a file name never replace each other, and
+    # stable, so loading the same file twice finds the first import in sys.modules.
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    stem = "".join(ch if ch.isalnum() else "_" for ch in path.stem)
+    return f"envsdk_plugin_{stem}_{digest}"
+
+
+def load_plugin(path: str | Path) -> ModuleType:
+    """Import one plugin file by path; registrations it makes on import take effect.
+
+    A file already loaded is not run again. Raises `PluginLoadError` when the file is missing or
+    its import raises (the original exception is the cause).
+    """
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise PluginLoadError(f"plugin file not found: {path} (resolved to {resolved})")
+    name = _module_name_for(resolved)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise PluginLoadError(f"cannot import {resolved}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before execution so that the plugin's own dataclasses/pickling can find it.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not ours to wrap
+            raise
+        raise PluginLoadError(
+            f"plugin {resolved} raised while being imported: {type(exc).__name__}: {exc}"
+        ) from exc
+    return module
+
+
+def load_plugins(paths: Iterable[str | Path] | str | Path | None) -> list[ModuleType]:
+    """Import every plugin file in `paths` in order (see `load_plugin`); ``None`` loads nothing."""
+    if paths is None:
+        return []
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    return [load_plugin(p) for p in paths]
