@@ -1,7 +1,7 @@
 """The ``envsdk`` command line.
 
 Each subcommand is one entry of `COMMANDS`: a name and a function that adds its parser to the
-subparsers and sets ``handler`` (a function of the parsed args returning an exit code). Add a
+subparsers and sets ``func`` (a function of the parsed args returning an exit code). Add a
 subcommand by appending one ``(name, add_parser)`` pair.
 
 ``envsdk serve module:target`` serves an environment:
@@ -110,10 +110,26 @@ def _add_serve(subparsers: Any) -> None:
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
-    parser.set_defaults(handler=_run_serve)
+    parser.set_defaults(func=_run_serve)
 
 
-COMMANDS: list[tuple[str, Callable[[Any], None]]] = [("serve", _add_serve)]
+def _add_check_env(subparsers: Any) -> None:
+    from envsdk.checker import add_check_env_parser
+
+    add_check_env_parser(subparsers)
+
+
+def _add_rollout(subparsers: Any) -> None:
+    from envsdk.rollout import add_rollout_parser
+
+    add_rollout_parser(subparsers)
+
+
+COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
+    ("serve", _add_serve),
+    ("check-env", _add_check_env),
+    ("rollout", _add_rollout),
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _name, add_parser in COMMANDS:
         add_parser(subparsers)
     args = parser.parse_args(argv)
-    return int(args.handler(args))
+    return int(args.func(args))
 
 
 if __name__ == "__main__":
