@@ -81,8 +81,24 @@ class SessionLostError(EnvSDKError):
     """The session this client was using is gone and cannot be resumed.
 
     Raised instead of silently continuing in a new episode: the caller must treat the
-    episode as lost (for a trainer: record the trajectory as an error).
+    episode as lost (for a trainer: record the trajectory as an error). ``session_id`` is the
+    lost session when one was known; ``code`` and ``details`` carry the server's error frame
+    when the server refused the resume (``RESUME_FAILED``).
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.session_id = session_id
+        self.code = code
+        self.details: dict[str, Any] = dict(details or {})
 
 
 class EnvNotFoundError(EnvSDKError, KeyError):
