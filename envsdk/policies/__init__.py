@@ -1,0 +1,111 @@
+"""Policies: how the next action (assistant reply) is produced.
+
+* scripted, no model: `RandomPolicy`, `SudokuOraclePolicy`, `FrozenLakeOraclePolicy`;
+* `OpenAIChatPolicy`: any OpenAI-compatible server (``vllm serve``, ``transformers serve``);
+  needs the ``openai`` extra;
+* `TransformersPolicy`: in-process transformers generation; needs torch and transformers.
+
+The model-backed classes are imported on first use, so ``import envsdk.policies`` works on the
+base install. `make_policy` builds any of them by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from envsdk.policies.base import (
+    FinishReason,
+    Message,
+    ObservationParseError,
+    Policy,
+    PolicyError,
+    PolicyOutput,
+    message_text,
+)
+from envsdk.policies.scripted import (
+    FrozenLakeOraclePolicy,
+    RandomPolicy,
+    SudokuOraclePolicy,
+    canonical_env_name,
+)
+
+if TYPE_CHECKING:
+    from envsdk.policies.hf import TransformersPolicy
+    from envsdk.policies.openai_chat import (
+        InferenceConnectionError,
+        InferenceError,
+        InferenceResponseError,
+        InferenceServerError,
+        OpenAIChatPolicy,
+    )
+
+__all__ = [
+    "FinishReason",
+    "Message",
+    "Policy",
+    "PolicyOutput",
+    "PolicyError",
+    "ObservationParseError",
+    "message_text",
+    "RandomPolicy",
+    "SudokuOraclePolicy",
+    "FrozenLakeOraclePolicy",
+    "OpenAIChatPolicy",
+    "InferenceError",
+    "InferenceServerError",
+    "InferenceConnectionError",
+    "InferenceResponseError",
+    "TransformersPolicy",
+    "POLICY_NAMES",
+    "make_policy",
+]
+
+_LAZY = {
+    "OpenAIChatPolicy": "envsdk.policies.openai_chat",
+    "InferenceError": "envsdk.policies.openai_chat",
+    "InferenceServerError": "envsdk.policies.openai_chat",
+    "InferenceConnectionError": "envsdk.policies.openai_chat",
+    "InferenceResponseError": "envsdk.policies.openai_chat",
+    "TransformersPolicy": "envsdk.policies.hf",
+}
+
+#: The names `make_policy` accepts.
+POLICY_NAMES = ("oracle", "random", "openai", "transformers")
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
+    """Build a policy by name.
+
+    * ``"oracle"``: the solver for `env_name` (``sudoku`` or ``frozen_lake``, any usual
+      spelling such as ``Sudoku-v0``); `kwargs` go to its constructor;
+    * ``"random"``: `RandomPolicy(env_name, **kwargs)` (e.g. ``seed=3``);
+    * ``"openai"``: `OpenAIChatPolicy(**kwargs)` (``base_url``, ``model``, …);
+    * ``"transformers"``: `TransformersPolicy(**kwargs)` (``model_path``, …).
+
+    `env_name` is ignored by the model-backed policies. Raises `ValueError` for an unknown
+    policy name or an environment no scripted policy knows.
+    """
+    if name == "oracle":
+        env = canonical_env_name(env_name)
+        if env == "sudoku":
+            return SudokuOraclePolicy(**kwargs)
+        return FrozenLakeOraclePolicy(**kwargs)
+    if name == "random":
+        return RandomPolicy(env_name, **kwargs)
+    if name == "openai":
+        from envsdk.policies.openai_chat import OpenAIChatPolicy
+
+        return OpenAIChatPolicy(**kwargs)
+    if name == "transformers":
+        from envsdk.policies.hf import TransformersPolicy
+
+        return TransformersPolicy(**kwargs)
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,230 @@
+"""Policies that need no model: random well-formed moves, and oracles that solve the game.
+
+They let schedulers, servers and trainers run end to end, and be tested, without a GPU: a random
+policy exercises invalid-move paths, an oracle exercises winning ones.
+
+Each reads only the conversation it is given (OpenAI chat messages), exactly as a model would:
+
+* Sudoku: TextArena's board text (``R1  4  8  . | …`` rows); the reply is ``[r c n]``.
+* FrozenLake: `envsdk.envs.frozen_lake`'s map rendering (rows of ``S F H G P`` separated by
+  spaces, ``P`` on the player); the reply is ``<action>direction</action>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections import OrderedDict
+from typing import Any
+
+from envsdk.envs.frozen_lake import DIRECTIONS, shortest_path
+from envsdk.games.sudoku import Board, candidates, parse_board, solve
+from envsdk.policies.base import Message, ObservationParseError, Policy, PolicyError, message_text
+
+__all__ = [
+    "RandomPolicy",
+    "SudokuOraclePolicy",
+    "FrozenLakeOraclePolicy",
+    "FrozenLakeView",
+    "parse_frozen_lake",
+    "canonical_env_name",
+    "SUPPORTED_ENVS",
+]
+
+SUPPORTED_ENVS = ("sudoku", "frozen_lake")
+
+_DIRECTION_NAMES = tuple(DIRECTIONS)
+_GRID_LINE = re.compile(r"^[SFHGP](?: [SFHGP])+$")
+
+
+def canonical_env_name(env_name: str) -> str:
+    """``"sudoku"`` or ``"frozen_lake"`` for the spellings users write (``Sudoku-v0``,
+    ``sudoku-hard``, ``FrozenLake``, ``frozen-lake``); `ValueError` for anything else."""
+    key = re.sub(r"[^a-z]", "", env_name.lower())
+    if key.startswith("sudoku"):
+        return "sudoku"
+    if key.startswith("frozenlake"):
+        return "frozen_lake"
+    raise ValueError(
+        f"no scripted policy knows the environment {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}"
+    )
+
+
+def _user_texts_newest_first(messages: list[Message]) -> list[str]:
+    # The observation is normally the last user message; older ones are a fallback for
+    # conversations whose last user turn carries no board (e.g. a bare "invalid move" notice).
+    return [message_text(m) for m in reversed(messages) if m.get("role") == "user"]
+
+
+class RandomPolicy(Policy):
+    """Random but well-formed moves: ``[r c n]`` with r, c, n uniform in 1–9 for Sudoku,
+    ``<action>d</action>`` with d uniform over the four directions for FrozenLake.
+
+    The same `seed` gives the same sequence of replies; the conversation is not read.
+    """
+
+    def __init__(self, env_name: str, seed: int | None = None) -> None:
+        self.env_name = canonical_env_name(env_name)
+        self._rng = random.Random(seed)
+
+    async def act(self, messages: list[Message]) -> str:
+        if self.env_name == "sudoku":
+            r, c, n = (self._rng.randint(1, 9) for _ in range(3))
+            return f"[{r} {c} {n}]"
+        return f"<action>{self._rng.choice(_DIRECTION_NAMES)}</action>"
+
+
+class SudokuOraclePolicy(Policy):
+    """Answers a correct move for an empty cell of the current Sudoku board.
+
+    The board is the last one found in the user messages, newest first: a message's
+    ``"board"`` key (a 9×9 list of ints, 0 = empty) if it has one, else the board drawn in its
+    text (`envsdk.games.sudoku.parse_board`). The cell chosen is the empty cell with the fewest
+    candidates (ties: first in row-major order), so replies look like a sensible solver's.
+
+    Solutions are cached (up to `cache_size` puzzles): a later board of the same game is
+    recognised because its filled cells agree with a cached solution, so a whole game costs
+    one solve. Solving runs in a worker thread so a hard puzzle never blocks the event loop.
+
+    Raises `ObservationParseError` when no board can be read, `PolicyError` when the board is
+    full or has no solution.
+    """
+
+    def __init__(self, cache_size: int = 256) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+        self.cache_size = cache_size
+        self._solutions: OrderedDict[int, Board] = OrderedDict()
+        self._next_key = 0
+
+    async def act(self, messages: list[Message]) -> str:
+        board = self.read_board(messages)
+        empty = candidates(board)
+        if not empty:
+            raise PolicyError("the Sudoku board has no empty cell: nothing to play")
+        solution = await self._solution(board)
+        (r, c), _ = min(empty.items(), key=lambda item: (len(item[1]), item[0]))
+        return f"[{r + 1} {c + 1} {solution[r][c]}]"
+
+    @staticmethod
+    def read_board(messages: list[Message]) -> Board:
+        """The current board (see the class docstring for where it is looked for)."""
+        for message in reversed(messages):
+            if message.get("role") != "user":
+                continue
+            structured = message.get("board")
+            if structured is not None:
+                return _checked_board(structured)
+            board = parse_board(message_text(message))
+            if board is not None:
+                return board
+        raise ObservationParseError(
+            "no Sudoku board found in the user messages: expected TextArena's board text"
+            " (rows 'R1 … R9') or a 'board' key holding a 9x9 list of ints"
+        )
+
+    async def _solution(self, board: Board) -> Board:
+        for key, solution in self._solutions.items():
+            if _agrees(board, solution):
+                self._solutions.move_to_end(key)
+                return solution
+        solved: Board | None = await asyncio.to_thread(solve, board)
+        if solved is None:
+            raise PolicyError("the Sudoku board has no solution (a filled cell contradicts another)")
+        self._solutions[self._next_key] = solved
+        self._next_key += 1
+        if len(self._solutions) > self.cache_size:
+            self._solutions.popitem(last=False)
+        return solved
+
+
+def _checked_board(value: Any) -> Board:
+    ok = (
+        isinstance(value, list)
+        and len(value) == 9
+        and all(
+            isinstance(row, list)
+            and len(row) == 9
+            and all(isinstance(v, int) and 0 <= v <= 9 for v in row)
+            for row in value
+        )
+    )
+    if not ok:
+        raise ObservationParseError("a message's 'board' must be a 9x9 list of ints from 0 to 9")
+    return [list(row) for row in value]
+
+
+def _agrees(board: Board, solution: Board) -> bool:
+    """Whether every filled cell of `board` holds the digit `solution` has there."""
+    return all(
+        v == s for row, sol_row in zip(board, solution) for v, s in zip(row, sol_row) if v
+    )
+
+
+class FrozenLakeView:
+    """A FrozenLake map as read from its text: rows of ``S``/``F``/``H``/``G`` (the player's
+    cell given back its underlying safe tile), the player's position and the goal's."""
+
+    def __init__(self, grid: list[str], position: tuple[int, int], goal: tuple[int, int]) -> None:
+        self.grid = grid
+        self.position = position
+        self.goal = goal
+
+
+def parse_frozen_lake(text: str) -> FrozenLakeView | None:
+    """The last complete map drawn in `text` by `FrozenLakeGame.render`, or None.
+
+    A map is a block of consecutive lines of space-separated ``S F H G P`` cells forming a
+    square, with exactly one ``P`` (the player) and one ``G`` (the goal). A map whose player
+    stands on the goal or in a hole (the game is over) has no visible goal and is skipped.
+    """
+    found: FrozenLakeView | None = None
+    block: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        stripped = line.strip()
+        if _GRID_LINE.match(stripped):
+            block.append(stripped.split(" "))
+            continue
+        if block:
+            view = _view_of(block)
+            if view is not None:
+                found = view
+            block = []
+    return found
+
+
+def _view_of(rows: list[list[str]]) -> FrozenLakeView | None:
+    size = len(rows)
+    if any(len(row) != size for row in rows):
+        return None
+    players = [(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "P"]
+    goals = [(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "G"]
+    if len(players) != 1 or len(goals) != 1:
+        return None
+    # The player hides the tile under it; it can only be a safe one (S or F) while the game runs.
+    grid = ["".join("F" if cell == "P" else cell for cell in row) for row in rows]
+    return FrozenLakeView(grid, players[0], goals[0])
+
+
+class FrozenLakeOraclePolicy(Policy):
+    """Answers the first move of a shortest hole-free path from the player to the goal, as
+    ``<action>direction</action>``, reading the newest map in the user messages.
+
+    Raises `ObservationParseError` when no running game's map can be read, `PolicyError` when
+    the goal cannot be reached.
+    """
+
+    async def act(self, messages: list[Message]) -> str:
+        for text in _user_texts_newest_first(messages):
+            view = parse_frozen_lake(text)
+            if view is not None:
+                break
+        else:
+            raise ObservationParseError(
+                "no FrozenLake map with a player (P) and a goal (G) found in the user messages"
+            )
+        path = shortest_path(view.grid, view.position, view.goal)
+        if not path:
+            raise PolicyError(f"the goal {view.goal} cannot be reached from {view.position}")
+        return f"<action>{path[0]}</action>"

@@ -1,0 +1,181 @@
+"""OpenAIChatPolicy against a real OpenAI-compatible server: `transformers serve` on the tiny model.
+
+A small FastAPI app stands in only where the real server cannot show the behaviour: how many
+requests the policy keeps in flight, and a 200 answer that is not a chat completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envsdk.policies import make_policy
+from envsdk.policies.openai_chat import (
+    InferenceConnectionError,
+    InferenceResponseError,
+    InferenceServerError,
+    OpenAIChatPolicy,
+    chat_completions_url,
+)
+from envsdk.testing import free_port, running_server
+
+MESSAGES = [
+    {"role": "system", "content": "You play Sudoku."},
+    {"role": "user", "content": "R1  4  8  . |  9  5  7 |  2  .  1\nYour move?"},
+]
+
+
+@pytest.fixture(scope="module")
+def served_model(tiny_model_dir: Path) -> Iterator[tuple[str, str]]:
+    """``(base_url, model_id)`` of `transformers serve` running the tiny model on loopback."""
+    cli = shutil.which("transformers", path=str(Path(sys.executable).parent))
+    if cli is None:
+        pytest.skip("the `transformers` CLI is not installed (needs transformers[serving])")
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen(
+        [cli, "serve", str(tiny_model_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        model_id = _wait_for_models(proc, base_url, deadline_s=120.0)
+        yield base_url, model_id
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _wait_for_models(proc: subprocess.Popen[bytes], base_url: str, deadline_s: float) -> str:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            pytest.fail(f"transformers serve exited with {proc.returncode}: {err[-2000:]}")
+        try:
+            reply = httpx.get(f"{base_url}/v1/models", timeout=2.0)
+            if reply.status_code == 200:
+                return str(reply.json()["data"][0]["id"])
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"transformers serve did not answer GET /v1/models within {deadline_s} s")
+
+
+@pytest.mark.timeout(180)
+async def test_concurrent_replies_from_transformers_serve(served_model: tuple[str, str]) -> None:
+    base_url, model = served_model
+    async with OpenAIChatPolicy(base_url, model, max_tokens=6, seed=1, concurrency=3, timeout=60) as policy:
+        outputs = await asyncio.gather(*(policy.act_ex(MESSAGES) for _ in range(4)))
+    for out in outputs:
+        assert isinstance(out.text, str) and out.text
+        assert out.finish_reason in ("stop", "length")
+        assert out.prompt_tokens is not None and out.prompt_tokens > 0
+        # A random model almost never ends its turn by itself: the 6-token limit cuts it.
+        assert out.finish_reason == "length" and out.completion_tokens == 6
+
+
+@pytest.mark.timeout(180)
+async def test_act_returns_the_reply_text_with_a_v1_base_url(served_model: tuple[str, str]) -> None:
+    base_url, model = served_model
+    policy = make_policy("openai", "sudoku", base_url=f"{base_url}/v1/", model=model, max_tokens=4)
+    try:
+        text = await policy.act(MESSAGES)
+    finally:
+        await policy.aclose()
+    assert isinstance(text, str) and text
+
+
+@pytest.mark.timeout(180)
+async def test_server_refusal_raises_with_status_and_body(served_model: tuple[str, str]) -> None:
+    base_url, _ = served_model
+    async with OpenAIChatPolicy(base_url, "no-such-model", max_tokens=4, timeout=30) as policy:
+        with pytest.raises(InferenceServerError) as info:
+            await policy.act(MESSAGES)
+    assert info.value.status_code == 400
+    assert "no-such-model" in info.value.body
+    assert "HTTP 400" in str(info.value)
+
+
+@pytest.mark.timeout(20)
+async def test_unreachable_server_raises_a_connection_error() -> None:
+    port = free_port()  # nothing listens there
+    async with OpenAIChatPolicy(f"http://127.0.0.1:{port}", "m", timeout=5) as policy:
+        with pytest.raises(InferenceConnectionError, match="is the server running"):
+            await policy.act(MESSAGES)
+
+
+def test_chat_completions_url_accepts_base_urls_with_or_without_v1() -> None:
+    expected = "http://h:1/v1/chat/completions"
+    assert chat_completions_url("http://h:1") == expected
+    assert chat_completions_url("http://h:1/") == expected
+    assert chat_completions_url("http://h:1/v1") == expected
+    assert chat_completions_url("http://h:1/v1/") == expected
+
+
+def test_request_body_carries_sampling_settings_and_extra_body_last() -> None:
+    policy = OpenAIChatPolicy(
+        "http://h:1", "m", temperature=0.5, top_p=0.9, max_tokens=7, seed=3,
+        extra_body={"top_k": 20, "temperature": 0.1},
+    )
+    body = policy.request_body(MESSAGES)
+    assert body == {
+        "model": "m", "messages": MESSAGES, "temperature": 0.1, "top_p": 0.9,
+        "max_tokens": 7, "seed": 3, "top_k": 20,
+    }
+
+
+def _counting_app(delay_s: float, body: str | None = None):  # type: ignore[no-untyped-def]
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    app = FastAPI()
+    app.state.in_flight = 0
+    app.state.peak = 0
+
+    @app.post("/v1/chat/completions")
+    async def complete() -> object:
+        app.state.in_flight += 1
+        app.state.peak = max(app.state.peak, app.state.in_flight)
+        await asyncio.sleep(delay_s)
+        app.state.in_flight -= 1
+        if body is not None:
+            return PlainTextResponse(body)
+        return {"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+
+    return app
+
+
+@pytest.mark.timeout(30)
+async def test_concurrency_bounds_requests_in_flight() -> None:
+    app = _counting_app(delay_s=0.1)
+    with running_server(app) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", concurrency=2, timeout=10) as policy:
+            replies = await asyncio.gather(*(policy.act(MESSAGES) for _ in range(6)))
+    assert replies == ["ok"] * 6
+    assert app.state.peak == 2
+
+
+@pytest.mark.timeout(30)
+async def test_a_200_body_that_is_not_a_completion_raises_a_response_error() -> None:
+    with running_server(_counting_app(delay_s=0.0, body='{"choices": []}')) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", timeout=10) as policy:
+            with pytest.raises(InferenceResponseError, match="not a chat completion"):
+                await policy.act(MESSAGES)
