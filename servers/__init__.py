@@ -1,0 +1,1 @@
+"""Ready-made environment servers built on envsdk (``servers.sudoku``: TextArena Sudoku)."""

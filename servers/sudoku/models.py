@@ -1,0 +1,102 @@
+"""Wire models of the Sudoku server: OpenEnv's TextArena shapes plus structured Sudoku fields.
+
+`SudokuAction` is OpenEnv's ``TextArenaAction`` (``{"message": str}``, extra fields forbidden,
+``metadata`` allowed). `SudokuObservation` carries every field of OpenEnv's
+``TextArenaObservation`` (``prompt``, ``messages``, ``current_player_id``, ``legal_players``,
+``info``) so clients written for OpenEnv's TextArena server read it unchanged, and adds the
+board and the verdict on the last move as data, so that no client has to parse text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from envsdk.types import Action, Observation, State
+
+__all__ = [
+    "ObservationForm",
+    "MoveVerdict",
+    "TextArenaMessage",
+    "LastMove",
+    "SudokuAction",
+    "SudokuObservation",
+    "SudokuState",
+]
+
+ObservationForm = Literal["cumulative", "compact"]
+MoveVerdict = Literal["valid", "invalid", "bad_format"]
+
+
+class TextArenaMessage(BaseModel):
+    """One message of the game transcript, as OpenEnv's TextArena server sends it."""
+
+    sender_id: int = Field(description="-1 for the game, else the player id")
+    content: str
+    category: str = Field(
+        description="TextArena's observation type name (PROMPT, GAME_BOARD, PLAYER_ACTION, "
+        "GAME_ADMIN) or MESSAGE for text already merged by a TextArena wrapper"
+    )
+
+
+class LastMove(BaseModel):
+    """The game's verdict on the last step; all None right after reset."""
+
+    move: list[int] | None = Field(
+        default=None, description="[row, column, digit] as read by the game (1-based), or None"
+    )
+    verdict: MoveVerdict | None = Field(
+        default=None,
+        description="valid: the digit was placed; invalid: refused by the rules; "
+        "bad_format: no '[r c n]' found",
+    )
+    reason: str | None = Field(default=None, description="The game's reason for a refusal")
+
+
+class SudokuAction(Action):
+    """A model reply; the game reads the first ``[row column digit]`` in it (1-based)."""
+
+    message: str
+
+
+class SudokuObservation(Observation):
+    """What the agent sees after reset and after each step (see servers/sudoku/README.md)."""
+
+    prompt: str = Field(description="The game's instructions (see README for each form)")
+    messages: list[TextArenaMessage] = Field(default_factory=list)
+    current_player_id: int = 0
+    legal_players: list[int] = Field(default_factory=list)
+    info: dict[str, Any] = Field(default_factory=dict)
+    # Structured fields (envsdk): the same facts the text carries, as data.
+    board: list[list[int]] = Field(
+        default_factory=list, description="9×9 board now, rows top to bottom, 0 = empty"
+    )
+    initial_filled: int = Field(default=0, description="How many cells were filled at reset")
+    last_move: LastMove = Field(default_factory=LastMove)
+    invalid_moves_left: int = Field(
+        default=0,
+        description="Further consecutive invalid moves the game forgives; the next one beyond "
+        "this ends the game. 0 once the game is over.",
+    )
+    step: int = Field(default=0, description="Steps taken this episode (valid or not)")
+    turn: int = Field(default=0, description="The game's turn counter (valid moves only)")
+    end_reason: str | None = Field(default=None, description="Why the game ended, once done")
+
+
+class SudokuState(State):
+    """A Sudoku session's state: OpenEnv's TextArenaState fields (without the raw log) plus the
+    seed, the board and the episode's options."""
+
+    env_id: str = "Sudoku-v0"
+    num_players: int = 1
+    max_turns: int | None = None
+    turn: int = 0
+    last_reward: float = 0.0
+    last_info: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = Field(default=None, description="The seed that generated this board")
+    board: list[list[int]] = Field(default_factory=list)
+    initial_filled: int = 0
+    done: bool = False
+    error_allowance: int = 1
+    observation_form: ObservationForm = "cumulative"

@@ -1,0 +1,98 @@
+"""Serve TextArena Sudoku over OpenEnv's protocol: ``python -m servers.sudoku --help``.
+
+Every flag has an environment variable of the same meaning (the flag wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
+
+__all__ = ["build_parser", "main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _env_id(text: str) -> str:
+    try:
+        return check_env_id(text)
+    except SudokuOptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; defaults come from the environment variables named in each help."""
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m servers.sudoku",
+        description="TextArena Sudoku environment server (OpenEnv-compatible WebSocket /ws).",
+    )
+    parser.add_argument(
+        "--env-id",
+        type=_env_id,
+        default=env.get("TEXTARENA_ENV_ID", "Sudoku-v0"),
+        help="env var TEXTARENA_ENV_ID (default Sudoku-v0). The TextArena Sudoku variant served "
+        "unless a reset asks for another; one of: " + ", ".join(SUDOKU_ENV_IDS),
+    )
+    parser.add_argument(
+        "--max-concurrent-envs",
+        type=_positive_int,
+        default=env.get("MAX_CONCURRENT_ENVS", "64"),
+        help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once; must be >= "
+        "num_generations x prompts rolled out concurrently, or trainers get CAPACITY_REACHED.",
+    )
+    parser.add_argument(
+        "--board-workers",
+        type=_positive_int,
+        default=env.get("SUDOKU_BOARD_WORKERS") or None,
+        help="env var SUDOKU_BOARD_WORKERS (default min(4, CPUs)). Processes generating boards.",
+    )
+    parser.add_argument(
+        "--host",
+        default=env.get("HOST", "127.0.0.1"),
+        help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
+    )
+    parser.add_argument(
+        "--port", type=_positive_int, default=env.get("PORT", "8000"),
+        help="env var PORT (default 8000).",
+    )
+    parser.add_argument(
+        "--log-level", default=env.get("LOG_LEVEL", "info"),
+        help="env var LOG_LEVEL (default info): uvicorn's log level.",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, then serve until interrupted."""
+    args = build_parser().parse_args(argv)
+    # Imported late so that --help and a bad env id answer without loading the server.
+    from envsdk.server import serve
+    from servers.sudoku.app import create_sudoku_app
+    from servers.sudoku.environment import BoardPool
+
+    pool = BoardPool(workers=args.board_workers)
+    app = create_sudoku_app(
+        args.env_id, board_pool=pool, max_concurrent_envs=args.max_concurrent_envs
+    )
+    try:
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        pool.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
