@@ -34,6 +34,8 @@ from envsdk.server import ServerConfig, create_app
 from envsdk.types import Action, Observation, State, StepResult
 
 __all__ = [
+    "parse_action_text",
+    "observation_json",
     "ChatAction",
     "ChatObservation",
     "EnvEnvironment",
@@ -167,7 +169,24 @@ def local_client(env: type[Env] | str, **server_options: Any) -> LocalEnvClient:
     return LocalEnvClient("http://in-process", transport=InProcessTransport(app))
 
 
-_CODE_FENCE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+_CODE_FENCE = re.compile(r"^\s*```[\w+-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def parse_action_text(text: str) -> dict[str, Any]:
+    """ms-swift's default action parsing: strip a code fence; a JSON object is the action,
+    anything else becomes ``{"message": text}``."""
+    fenced = _CODE_FENCE.match(text)
+    body = fenced.group(1) if fenced else text
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {"message": text}
+    return parsed if isinstance(parsed, dict) else {"message": text}
+
+
+def observation_json(observation: Any) -> str:
+    """ms-swift's default observation text: the observation body as JSON."""
+    return json.dumps(observation, ensure_ascii=False, default=str)
 
 
 def _http_url(base_url: str, path: str) -> str:
@@ -210,18 +229,12 @@ class RemoteEnv(Env):
         self._done = False
 
     def parse_action(self, text: str) -> dict[str, Any]:
-        """The action for a reply: a fenced or bare JSON object as is, else ``{"message": text}``."""
-        fenced = _CODE_FENCE.match(text)
-        body = fenced.group(1) if fenced else text
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            return {"message": text}
-        return parsed if isinstance(parsed, dict) else {"message": text}
+        """The action for a reply (see `parse_action_text`); override to adapt."""
+        return parse_action_text(text)
 
     def format_observation(self, observation: Any) -> str:
-        """The text the model sees for an observation body."""
-        return json.dumps(observation, ensure_ascii=False, default=str)
+        """The text the model sees for an observation body (see `observation_json`)."""
+        return observation_json(observation)
 
     async def _detect_mode(self) -> str:
         if self.mode != "auto":

@@ -1,5 +1,6 @@
 """envsdk.testing's echo environment written against OpenEnv's own base classes, and an app
-built with OpenEnv's own `create_app`. Also importable by a subprocess (see conftest)."""
+built with OpenEnv's own `create_app`: the OpenEnv side of compatibility tests and benchmarks.
+Importing this module imports openenv (a test extra)."""
 
 from __future__ import annotations
 

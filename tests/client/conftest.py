@@ -16,7 +16,7 @@ import pytest
 
 from envsdk.testing import free_port, running_server
 
-from .openenv_echo import make_openenv_app
+from envsdk.testing.openenv_echo import make_openenv_app
 
 __all__ = ["make_openenv_app", "TcpProxy"]
 

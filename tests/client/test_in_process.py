@@ -13,7 +13,7 @@ from envsdk.errors import CapacityError, ServerError, SessionLostError
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
 
-from .openenv_echo import make_openenv_app
+from envsdk.testing.openenv_echo import make_openenv_app
 
 pytestmark = pytest.mark.timeout(30)
 

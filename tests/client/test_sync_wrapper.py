@@ -12,7 +12,7 @@ from envsdk.client.sync import background_loop
 from envsdk.errors import EnvTimeoutError, SessionLostError
 from envsdk.testing import running_server
 
-from .openenv_echo import make_openenv_app
+from envsdk.testing.openenv_echo import make_openenv_app
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,0 +1,1 @@
+"""Benchmark harness: servers and load generators measured side by side in one run."""

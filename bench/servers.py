@@ -1,0 +1,93 @@
+"""The three servers benchmarked side by side, each serving the same trivial echo environment.
+
+* ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``.
+* ``openenv``: openenv's own ``create_app`` with an echo environment written against openenv's
+  base classes, reproducing what a user of OpenEnv runs.
+* ``bare``: a bare asyncio ``websockets`` server speaking the same frames, with no framework:
+  the ceiling for this machine.
+
+Run one: ``python -m bench.servers KIND --port P --max-sessions N`` (binds 127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+KINDS = ("envsdk", "openenv", "bare")
+
+
+def envsdk_app(max_sessions: int) -> Any:
+    from envsdk.server import create_app
+    from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
+
+    return create_app(EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions)
+
+
+def openenv_app(max_sessions: int) -> Any:
+    from envsdk.testing.openenv_echo import make_openenv_app
+
+    return make_openenv_app(max_concurrent_envs=max_sessions)
+
+
+async def serve_bare(port: int, max_sessions: int) -> None:
+    from websockets.asyncio.server import serve
+
+    active = 0
+
+    async def handler(ws: Any) -> None:
+        nonlocal active
+        if active >= max_sessions:
+            await ws.send(json.dumps({"type": "error", "data": {"message": "capacity", "code": "CAPACITY_REACHED"}}))
+            return
+        active += 1
+        step_count = 0
+        try:
+            async for raw in ws:
+                msg = json.loads(raw)
+                kind = msg.get("type")
+                if kind == "reset":
+                    step_count = 0
+                    reply = {"observation": {"metadata": {}, "echoed_message": "ready", "message_length": 0}, "reward": 0.0, "done": False}
+                    await ws.send(json.dumps({"type": "observation", "data": reply}))
+                elif kind == "step":
+                    step_count += 1
+                    text = msg["data"]["message"]
+                    meta = {"step": step_count}
+                    reply = {
+                        "observation": {"metadata": meta, "echoed_message": text, "message_length": len(text)},
+                        "reward": len(text) / 10.0,
+                        "done": False,
+                        "metadata": meta,
+                    }
+                    await ws.send(json.dumps({"type": "observation", "data": reply}))
+                elif kind == "close":
+                    return
+        except Exception:
+            return
+        finally:
+            active -= 1
+
+    async with serve(handler, "127.0.0.1", port, max_size=16 * 2**20, ping_interval=None, backlog=4096):
+        await asyncio.Future()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-sessions", type=int, default=8192)
+    args = parser.parse_args()
+    if args.kind == "bare":
+        asyncio.run(serve_bare(args.port, args.max_sessions))
+        return
+    import uvicorn
+
+    app = envsdk_app(args.max_sessions) if args.kind == "envsdk" else openenv_app(args.max_sessions)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="error", backlog=4096, ws_ping_interval=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""The multi-turn scheduler core: hook protocol, trajectory records and their JSON-lines writer.
+
+The hook protocol follows ms-swift's ``MultiTurnScheduler``; each hook gets the `Trajectory`
+it works on (which carries the dataset row as ``trajectory.request``):
+
+* ``on_trajectory_start(trajectory)`` — reset the environment, set the first messages;
+* ``on_turn_end(trajectory, response_text, turn) -> {"done": bool, "rollout_infos": dict}`` —
+  the environment step happens here;
+* ``step(trajectory, turn_result, turn)`` — append the next observation as a user message;
+* ``on_trajectory_end(trajectory)`` — release the environment; called exactly once per
+  trajectory whatever ended it (done, max_turns, a cut completion, an error, cancellation).
+
+`MultiTurnScheduler.run` drives a batch; one trajectory's failure is recorded on that
+trajectory (status ``error``) and never escapes `run`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from envsdk.env import RolloutRequest
+
+__all__ = [
+    "Status",
+    "StepRecord",
+    "Trajectory",
+    "TurnResult",
+    "Policy",
+    "MultiTurnScheduler",
+    "TrajectoryWriter",
+    "completion_of",
+]
+
+logger = logging.getLogger(__name__)
+
+Status = Literal["running", "done", "max_turns", "length", "error", "cancelled"]
+
+
+class TurnResult(TypedDict, total=False):
+    """What `MultiTurnScheduler.on_turn_end` returns (ms-swift's shape)."""
+
+    done: bool
+    rollout_infos: dict[str, Any]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Produces the next assistant reply from the conversation so far.
+
+    ``act`` returns the reply text, or an object with ``text`` and ``finish_reason``
+    attributes; ``finish_reason == "length"`` marks a completion cut by the length limit.
+    A policy that also has ``act_ex`` (`envsdk.policies.Policy`) is called through it, so its
+    `PolicyOutput.finish_reason` is seen.
+    """
+
+    async def act(self, messages: list[dict[str, Any]]) -> Any: ...
+
+
+def completion_of(output: Any) -> tuple[str, str | None]:
+    """``(text, finish_reason)`` of whatever a policy returned (a str or a PolicyOutput-like)."""
+    finish_reason = getattr(output, "finish_reason", None)
+    if isinstance(output, str):
+        return str(output), finish_reason
+    text = getattr(output, "text", None)
+    if text is None:
+        raise TypeError(
+            f"a policy must return a str or an object with a `text` attribute, got {type(output).__name__}"
+        )
+    return str(text), finish_reason
+
+
+@dataclass
+class StepRecord:
+    """One environment step: the reply that caused it and everything the environment said."""
+
+    turn: int
+    action: Any
+    observation: Any
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "action": self.action,
+            "observation": self.observation,
+            "reward": self.reward,
+            "done": self.done,
+            "info": self.info,
+            "components": self.components,
+            "duration_s": self.duration_s,
+        }
+
+
+@dataclass
+class Trajectory:
+    """One episode: its messages, steps, rewards, how it ended and how long it took.
+
+    ``runtime`` is the scheduler's per-episode handle (an env instance, a client); it is never
+    written to records. ``success`` is set by the scheduler when the episode ends.
+    """
+
+    request: RolloutRequest
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    status: Status = "running"
+    reason: str | None = None
+    error_kind: str | None = None
+    turns: int = 0
+    total_reward: float = 0.0
+    success: bool = False
+    rollout_infos: dict[str, Any] = field(default_factory=dict)
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    runtime: Any = field(default=None, repr=False)
+
+    @property
+    def uuid(self) -> str:
+        return self.request.uuid
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        return self.request.env_config
+
+    @property
+    def seed(self) -> Any:
+        cfg = self.env_config
+        if "seed" in cfg:
+            return cfg["seed"]
+        reset_kwargs = cfg.get("reset_kwargs")
+        return reset_kwargs.get("seed") if isinstance(reset_kwargs, dict) else None
+
+    @property
+    def step_rewards(self) -> list[float]:
+        return [s.reward for s in self.steps]
+
+    def finish(self, status: Status, reason: str | None = None) -> None:
+        """Set how the episode ended; the first call wins (a later close error cannot rewrite it)."""
+        if self.status == "running":
+            self.status = status
+            self.reason = reason
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready record written to ``completions.jsonl``."""
+        return {
+            "uuid": self.uuid,
+            "status": self.status,
+            "reason": self.reason,
+            "error_kind": self.error_kind,
+            "success": self.success,
+            "turns": self.turns,
+            "total_reward": self.total_reward,
+            "step_rewards": self.step_rewards,
+            "reward_components": [s.components for s in self.steps],
+            "infos": [s.info for s in self.steps],
+            "rollout_infos": self.rollout_infos,
+            "reset_info": self.reset_info,
+            "seed": self.seed,
+            "env_config": self.env_config,
+            "data_dict": self.request.data_dict,
+            "messages": self.messages,
+            "steps": [s.to_dict() for s in self.steps],
+            "timings": self.timings,
+        }
+
+
+class MultiTurnScheduler(abc.ABC):
+    """Drives trajectories: policy reply → `on_turn_end` (env step) → `step` (next observation).
+
+    ``max_turns`` bounds the policy replies per trajectory. A completion is cut (status
+    ``length``, not sent to the environment) when the policy reports ``finish_reason ==
+    "length"`` or the reply is longer than ``max_completion_chars``.
+    """
+
+    def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.max_completion_chars = max_completion_chars
+
+    @abc.abstractmethod
+    async def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        """Reset the environment and set ``trajectory.messages`` to the first prompt."""
+
+    @abc.abstractmethod
+    async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
+        """Apply the reply to the environment; say whether the episode is done."""
+
+    @abc.abstractmethod
+    async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
+        """Append the next observation to ``trajectory.messages`` as a user message."""
+
+    async def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        """Release the trajectory's environment. Called exactly once per trajectory."""
+        return None
+
+    def is_success(self, trajectory: Trajectory) -> bool:
+        """Default: the episode ended on its own with a positive last reward."""
+        return trajectory.status == "done" and bool(trajectory.steps) and trajectory.steps[-1].reward > 0
+
+    async def run(
+        self,
+        requests: list[RolloutRequest],
+        policy: Policy,
+        *,
+        max_concurrency: int | None = None,
+        on_done: Any = None,
+    ) -> list[Trajectory]:
+        """Run every request to its end; return their trajectories in request order.
+
+        At most ``max_concurrency`` trajectories run at once (all when None). ``on_done``, if
+        given, is called with each trajectory as it finishes (progress bars, writers). No
+        exception of a single trajectory escapes; cancelling `run` itself cancels every
+        trajectory (each still gets its `on_trajectory_end`) and re-raises.
+        """
+        trajectories = [Trajectory(request=r) for r in requests]
+        gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+        async def one(traj: Trajectory) -> None:
+            if gate is None:
+                await self.run_trajectory(traj, policy)
+            else:
+                async with gate:
+                    await self.run_trajectory(traj, policy)
+            if on_done is not None:
+                on_done(traj)
+
+        results = await asyncio.gather(*(one(t) for t in trajectories), return_exceptions=True)
+        for traj, result in zip(trajectories, results):
+            if isinstance(result, asyncio.CancelledError):
+                traj.finish("cancelled", "cancelled")
+            elif isinstance(result, BaseException):
+                # Only an `on_done` callback can get here; the trajectory itself is complete.
+                logger.error("on_done callback failed for trajectory %s: %r", traj.uuid, result)
+        return trajectories
+
+    async def run_trajectory(self, trajectory: Trajectory, policy: Policy) -> Trajectory:
+        """Drive one trajectory to its end, recording status, reason and timings.
+
+        Exceptions other than cancellation end this trajectory with status ``error``;
+        cancellation is recorded (``cancelled``) and re-raised after cleanup.
+        """
+        started = time.perf_counter()
+        policy_s = 0.0
+        try:
+            await self.on_trajectory_start(trajectory)
+            for turn in range(1, self.max_turns + 1):
+                asked = time.perf_counter()
+                conversation = [dict(m) for m in trajectory.messages]
+                act_ex = getattr(policy, "act_ex", None)
+                output = await (act_ex(conversation) if callable(act_ex) else policy.act(conversation))
+                policy_s += time.perf_counter() - asked
+                text, finish_reason = completion_of(output)
+                trajectory.messages.append({"role": "assistant", "content": text})
+                trajectory.turns = turn
+                if finish_reason == "length":
+                    trajectory.finish("length", "completion cut by the policy's length limit")
+                    break
+                if self.max_completion_chars is not None and len(text) > self.max_completion_chars:
+                    trajectory.finish(
+                        "length", f"completion of {len(text)} chars exceeds max_completion_chars={self.max_completion_chars}"
+                    )
+                    break
+                result = await self.on_turn_end(trajectory, text, turn)
+                infos = result.get("rollout_infos")
+                if infos:
+                    trajectory.rollout_infos.update(infos)
+                if result.get("done"):
+                    trajectory.finish("done", trajectory.reason or "environment signalled done")
+                    break
+                await self.step(trajectory, result, turn)
+            else:
+                trajectory.finish("max_turns", f"reached max_turns={self.max_turns}")
+        except asyncio.CancelledError:
+            trajectory.finish("cancelled", "cancelled")
+            raise
+        except Exception as exc:  # isolation: one environment's failure ends only its trajectory
+            trajectory.error_kind = type(exc).__name__
+            trajectory.finish("error", f"{type(exc).__name__}: {exc}")
+            logger.warning("trajectory %s ended with an error: %r", trajectory.uuid, exc)
+        finally:
+            try:
+                await self.on_trajectory_end(trajectory)
+            except Exception as exc:  # a failed close must not hide how the episode ended
+                trajectory.rollout_infos["close_error"] = f"{type(exc).__name__}: {exc}"
+                logger.warning("closing trajectory %s failed: %r", trajectory.uuid, exc)
+            trajectory.success = self.is_success(trajectory)
+            trajectory.timings["total_s"] = time.perf_counter() - started
+            trajectory.timings["policy_s"] = policy_s
+            trajectory.timings["env_s"] = sum(s.duration_s for s in trajectory.steps)
+        return trajectory
+
+
+class TrajectoryWriter:
+    """Appends one JSON object per trajectory to a ``.jsonl`` file (``completions.jsonl``).
+
+    Use as a context manager; each record is flushed as it is written so a crash keeps every
+    finished trajectory.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+        self.count = 0
+
+    def __enter__(self) -> TrajectoryWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("w", encoding="utf-8")
+        return self
+
+    def write(self, trajectory: Trajectory) -> None:
+        if self._file is None:
+            raise RuntimeError("TrajectoryWriter.write called outside its `with` block")
+        self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False, default=str) + "\n")
+        self._file.flush()
+        self.count += 1
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

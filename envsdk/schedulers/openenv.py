@@ -1,0 +1,262 @@
+"""`OpenEnvScheduler`: remote environments over the OpenEnv wire protocol (ms-swift's, fixed).
+
+Per-row ``env_config`` keys, as in ms-swift: ``base_url`` (default ``http://localhost:8000``),
+``reset_kwargs``, ``system_message``; a row ``seed`` is passed to reset unless ``reset_kwargs``
+already has one. Compared with ms-swift: one concurrency semaphore per scheduler (not per
+batch), the async client (no blocking calls on the event loop; the blocking `OpenEnvWrapper`
+runs in a worker thread when asked for), every session closed on every end, and a lost
+session ends its trajectory with an error instead of continuing in a new episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from envsdk.adapters import observation_json, parse_action_text
+from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
+from envsdk.types import StepResult
+
+__all__ = ["OpenEnvScheduler", "EnvSession", "DEFAULT_BASE_URL"]
+
+DEFAULT_BASE_URL = "http://localhost:8000"
+
+
+
+class EnvSession(Protocol):
+    """What the scheduler needs of a client: `EnvClient`'s async methods."""
+
+    async def connect(self) -> None: ...
+
+    async def reset(self, **kwargs: Any) -> StepResult[Any]: ...
+
+    async def step(self, action: dict[str, Any]) -> StepResult[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class _ThreadedSession:
+    """Runs a blocking client (`OpenEnvWrapper`) in worker threads, off the event loop."""
+
+    def __init__(self, blocking_client: Any) -> None:
+        self._client = blocking_client
+
+    @property
+    def server_kind(self) -> str | None:
+        """``"envsdk"`` or ``"openenv"`` once connected (see `EnvClient.server_kind`)."""
+        kind = getattr(self._client, "server_kind", None)
+        return str(kind) if kind is not None else None
+
+    async def connect(self) -> None:
+        await asyncio.to_thread(self._client.connect)
+
+    async def reset(self, **kwargs: Any) -> StepResult[Any]:
+        result: StepResult[Any] = await asyncio.to_thread(self._client.reset, **kwargs)
+        return result
+
+    async def step(self, action: dict[str, Any]) -> StepResult[Any]:
+        result: StepResult[Any] = await asyncio.to_thread(self._client.step, action)
+        return result
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._client.close)
+
+
+def _async_client(base_url: str) -> EnvSession:
+    from envsdk.client import EnvClient
+
+    return EnvClient(base_url)
+
+
+def _threaded_client(base_url: str) -> EnvSession:
+    from envsdk.client import OpenEnvWrapper
+
+    return _ThreadedSession(OpenEnvWrapper(base_url))
+
+
+@dataclass
+class RemoteEpisode:
+    """The per-trajectory handle: its session, the latest observation, and whatever a
+    subclass keeps about the game (``game``)."""
+
+    session: EnvSession
+    base_url: str
+    observation: dict[str, Any]
+    last_result: StepResult[Any] | None = None
+    game: Any = None
+
+
+class OpenEnvScheduler(MultiTurnScheduler):
+    """Runs each trajectory in its own session of a remote (OpenEnv-compatible) server.
+
+    ``max_concurrent_envs`` bounds how many resets and steps are in flight at once across
+    every batch this scheduler runs. ``client_factory(base_url)`` makes one session client
+    per trajectory (default: `envsdk.client.EnvClient`; ``use_threads=True``: the blocking
+    `OpenEnvWrapper` called through `asyncio.to_thread`).
+
+    Override `parse_action` and `format_observation` to adapt it to an environment.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        system_message: str | None = None,
+        max_concurrent_envs: int = 4,
+        max_turns: int = 10,
+        max_completion_chars: int | None = None,
+        use_threads: bool = False,
+        client_factory: Callable[[str], EnvSession] | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, max_completion_chars=max_completion_chars)
+        if max_concurrent_envs < 1:
+            raise ValueError(f"max_concurrent_envs must be >= 1, got {max_concurrent_envs}")
+        self.base_url = base_url
+        self.reset_kwargs = dict(reset_kwargs or {})
+        self.system_message = system_message
+        self.max_concurrent_envs = max_concurrent_envs
+        self.client_factory = client_factory or (_threaded_client if use_threads else _async_client)
+        # A semaphore binds to the loop that first waits on it; one per loop keeps a scheduler
+        # usable across `asyncio.run` calls while every batch on a loop shares one limit.
+        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphore_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        """The scheduler-wide limit on resets and steps in flight (shared by every batch)."""
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._semaphore_loop is not loop:
+            self._semaphore = asyncio.Semaphore(self.max_concurrent_envs)
+            self._semaphore_loop = loop
+        return self._semaphore
+
+    # ------------------------------------------------------------ overridable
+
+    def parse_action(self, text: str) -> dict[str, Any]:
+        """The action dict for a reply: strip a code fence; a JSON object is the action,
+        anything else becomes ``{"message": text}``."""
+        return parse_action_text(text)
+
+    def format_observation(self, obs: dict[str, Any]) -> str:
+        """The user message for an observation (JSON text by default)."""
+        return observation_json(obs)
+
+    def reset_arguments(self, trajectory: Trajectory) -> dict[str, Any]:
+        """Keyword arguments of the remote ``reset``: scheduler defaults, then the row's
+        ``reset_kwargs``, then the row's ``seed`` unless a seed is already set."""
+        config = trajectory.env_config
+        kwargs = dict(self.reset_kwargs)
+        row_kwargs = config.get("reset_kwargs")
+        if isinstance(row_kwargs, dict):
+            kwargs.update(row_kwargs)
+        if "seed" in config and "seed" not in kwargs:
+            kwargs["seed"] = config["seed"]
+        return kwargs
+
+    def step_info(self, result: StepResult[Any]) -> dict[str, Any]:
+        """What a step record keeps as the environment's info: the observation's ``info``
+        (TextArena) and the frame's metadata."""
+        info: dict[str, Any] = {}
+        obs = result.observation
+        if isinstance(obs, dict):
+            if isinstance(obs.get("info"), dict):
+                info.update(obs["info"])
+            if isinstance(obs.get("metadata"), dict) and obs["metadata"]:
+                info["metadata"] = obs["metadata"]
+        if result.metadata:
+            info["frame_metadata"] = result.metadata
+        return info
+
+    # ------------------------------------------------------------ hooks
+
+    def episode(self, trajectory: Trajectory) -> RemoteEpisode:
+        episode = trajectory.runtime
+        if not isinstance(episode, RemoteEpisode):
+            raise RuntimeError(f"trajectory {trajectory.uuid} has no session (not started)")
+        return episode
+
+    async def open_session(self, trajectory: Trajectory) -> RemoteEpisode:
+        """Connect a new session for the trajectory (under the semaphore); reset not yet sent."""
+        base_url = trajectory.env_config.get("base_url") or self.base_url or DEFAULT_BASE_URL
+        session = self.client_factory(base_url)
+        episode = RemoteEpisode(session=session, base_url=base_url, observation={})
+        trajectory.runtime = episode
+        async with self.semaphore:
+            await session.connect()
+        return episode
+
+    async def reset_session(self, trajectory: Trajectory, **kwargs: Any) -> StepResult[Any]:
+        episode = self.episode(trajectory)
+        async with self.semaphore:
+            result = await episode.session.reset(**kwargs)
+        episode.observation = _as_dict(result.observation)
+        episode.last_result = result
+        trajectory.reset_info = {"observation_metadata": episode.observation.get("metadata", {}), **result.metadata}
+        return result
+
+    def first_messages(self, trajectory: Trajectory, first_user_message: str) -> list[dict[str, Any]]:
+        system = trajectory.env_config.get("system_message", self.system_message)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": first_user_message})
+        return messages
+
+    async def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        await self.open_session(trajectory)
+        await self.reset_session(trajectory, **self.reset_arguments(trajectory))
+        episode = self.episode(trajectory)
+        trajectory.messages = self.first_messages(trajectory, self.format_observation(episode.observation))
+
+    async def env_step(self, trajectory: Trajectory, action: dict[str, Any]) -> tuple[StepResult[Any], float]:
+        """Send one step under the semaphore; return the result and its duration."""
+        episode = self.episode(trajectory)
+        started = time.perf_counter()
+        async with self.semaphore:
+            result = await episode.session.step(action)
+        episode.observation = _as_dict(result.observation)
+        episode.last_result = result
+        return result, time.perf_counter() - started
+
+    async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
+        action = self.parse_action(response_text)
+        result, duration = await self.env_step(trajectory, action)
+        reward = float(result.reward or 0.0)
+        trajectory.steps.append(
+            StepRecord(
+                turn=turn,
+                action=action,
+                observation=_as_dict(result.observation),
+                reward=reward,
+                done=bool(result.done),
+                info=self.step_info(result),
+                duration_s=duration,
+            )
+        )
+        trajectory.total_reward = sum(trajectory.step_rewards)
+        return {
+            "done": bool(result.done),
+            "rollout_infos": {"total_reward": trajectory.total_reward, "step_rewards": trajectory.step_rewards},
+        }
+
+    async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
+        episode = self.episode(trajectory)
+        trajectory.messages.append({"role": "user", "content": self.format_observation(episode.observation)})
+
+    async def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        episode = trajectory.runtime
+        if isinstance(episode, RemoteEpisode):
+            await episode.session.close()
+
+
+def _as_dict(observation: Any) -> dict[str, Any]:
+    if isinstance(observation, dict):
+        return observation
+    dump = getattr(observation, "model_dump", None)
+    if callable(dump):
+        value = dump()
+        if isinstance(value, dict):
+            return value
+    return {"observation": observation}

@@ -1,0 +1,445 @@
+"""`SudokuScheduler`: TextArena Sudoku over OpenEnv, with a five-part shaped reward and hints.
+
+Per step, with the reply's move ``[r c n]`` (fallback: its first three integers):
+
+* ``empty_cell``: +1 if the target cell was empty on the last known board, else −1;
+* ``valid_move``: +1.0 if the env accepted the move and it is new; −0.5 if the env rejected it
+  (its text warns "please resubmit" / "avoid penalties"); 0 otherwise;
+* ``repetition``: with n = times this exact move was tried before, −min(2**n, 10) if n > 0;
+* ``progress``: (filled now − filled initially) / (81 − filled initially), best so far;
+* ``correct``: the env's reward for this step (1 when solved; the fraction on a loss).
+
+total = mean(empty_cell) + mean(valid_move) + mean(repetition) + progress + correct over the
+steps so far; an unparseable reply costs −1 (``format_penalty``) and ends the episode without
+being sent. A perfect game totals 4.0.
+
+Each user message shows the board and hints computed from it (candidates per empty cell,
+drawn from the 10 empty cells with the fewest candidates): the moves already tried, the
+GUARANTEED MOVES (single-candidate cells, up to 5) and Other options (2–3 candidates, up to 5).
+
+Observations: with an envsdk Sudoku server the scheduler asks for ``observation_form=
+"compact"`` and reads the structured ``board``, ``initial_filled`` and ``last_move`` fields;
+with a plain OpenEnv TextArena server it reads the cumulative transcript, taking only the text
+added since the previous observation (``content[last_len:]``). Both give the same rewards.
+
+To adapt it to another Sudoku-like server, subclass and override `parse_move` (the move in a
+reply), `parse_action` (the action dict sent for a reply) and/or `format_observation` (the
+user message for an observation).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any, Literal
+
+from envsdk.errors import ServerError
+from envsdk.games import sudoku as game
+from envsdk.games.sudoku import Board
+from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.openenv import OpenEnvScheduler
+from envsdk.types import StepResult
+
+__all__ = [
+    "SudokuScheduler",
+    "SudokuHints",
+    "SudokuReward",
+    "SudokuEpisode",
+    "Move",
+    "sudoku_hints",
+    "move_components",
+    "SUDOKU_SYSTEM_MESSAGE",
+]
+
+Move = tuple[int, int, int]
+Verdict = Literal["valid", "invalid", "bad_format"]
+
+SUDOKU_SYSTEM_MESSAGE = (
+    "You are playing Sudoku. Fill the empty cells ('.') so that every row, every column and "
+    "every 3x3 box contains the digits 1-9 exactly once. Do not overwrite filled cells. "
+    "Reply with exactly one move in the format [row column number], for example [5 3 7]; "
+    "rows and columns are numbered 1 to 9."
+)
+
+_WARNING_RE = re.compile(r"please resubmit|avoid penalties", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------- hints
+
+
+@dataclass(frozen=True)
+class SudokuHints:
+    """Hints for one board: moves tried, single-candidate moves, and 2–3-candidate cells.
+
+    Rows and columns are 1-based, as on the wire.
+    """
+
+    tried: tuple[Move, ...]
+    guaranteed: tuple[Move, ...]
+    options: tuple[tuple[int, int, tuple[int, ...]], ...]
+
+    def render(self) -> str:
+        lines = []
+        if self.tried:
+            lines.append("MOVES ALREADY TRIED (do not repeat): " + ", ".join(_fmt_move(m) for m in self.tried))
+        if self.guaranteed:
+            lines.append("GUARANTEED MOVES (only one option): " + ", ".join(_fmt_move(m) for m in self.guaranteed))
+        if self.options:
+            lines.append(
+                "Other options: "
+                + " | ".join(f"({r},{c})->{','.join(str(d) for d in digits)}" for r, c, digits in self.options)
+            )
+        return "\n".join(lines)
+
+
+def _fmt_move(move: Move) -> str:
+    return f"[{move[0]} {move[1]} {move[2]}]"
+
+
+def sudoku_hints(
+    board: Board,
+    tried: list[Move] | tuple[Move, ...] = (),
+    *,
+    pool: int = 10,
+    max_guaranteed: int = 5,
+    max_options: int = 5,
+) -> SudokuHints:
+    """Hints drawn from the `pool` empty cells with the fewest candidates (ties: row, column).
+
+    ``tried`` lists distinct moves already tried, in the order first tried.
+    """
+    ranked = sorted(game.candidates(board).items(), key=lambda item: (len(item[1]), item[0]))[:pool]
+    guaranteed = tuple((r + 1, c + 1, next(iter(d))) for (r, c), d in ranked if len(d) == 1)[:max_guaranteed]
+    options = tuple((r + 1, c + 1, tuple(sorted(d))) for (r, c), d in ranked if 2 <= len(d) <= 3)[:max_options]
+    return SudokuHints(tried=tuple(dict.fromkeys(tried)), guaranteed=guaranteed, options=options)
+
+
+# ---------------------------------------------------------------- reward
+
+
+def move_components(board_before: Board, move: Move, times_tried_before: int, verdict: Verdict | None) -> dict[str, float]:
+    """The per-step ``empty_cell``, ``valid_move`` and ``repetition`` values of one move.
+
+    ``verdict`` is what the environment said: ``"valid"`` (accepted), ``"invalid"`` /
+    ``"bad_format"`` (rejected with a warning) or None (no verdict seen).
+    """
+    r, c, _ = move
+    on_board = 1 <= r <= 9 and 1 <= c <= 9
+    empty = on_board and board_before[r - 1][c - 1] == 0
+    if verdict == "valid" and times_tried_before == 0:
+        valid = 1.0
+    elif verdict in ("invalid", "bad_format"):
+        valid = -0.5
+    else:
+        valid = 0.0
+    repetition = -float(min(2**times_tried_before, 10)) if times_tried_before > 0 else 0.0
+    return {"empty_cell": 1.0 if empty else -1.0, "valid_move": valid, "repetition": repetition}
+
+
+@dataclass
+class SudokuReward:
+    """The five components accumulated over an episode, and their total."""
+
+    empty_cell: list[float] = field(default_factory=list)
+    valid_move: list[float] = field(default_factory=list)
+    repetition: list[float] = field(default_factory=list)
+    progress: float = 0.0
+    correct: float = 0.0
+    format_penalty: float = 0.0
+
+    @property
+    def total(self) -> float:
+        def mean(values: list[float]) -> float:
+            return fmean(values) if values else 0.0
+
+        return (
+            mean(self.empty_cell)
+            + mean(self.valid_move)
+            + mean(self.repetition)
+            + self.progress
+            + self.correct
+            + self.format_penalty
+        )
+
+    def summary(self) -> dict[str, float]:
+        """Episode-level values: means of the per-step parts, progress, correct, total."""
+        return {
+            "empty_cell": fmean(self.empty_cell) if self.empty_cell else 0.0,
+            "valid_move": fmean(self.valid_move) if self.valid_move else 0.0,
+            "repetition": fmean(self.repetition) if self.repetition else 0.0,
+            "progress": self.progress,
+            "correct": self.correct,
+            "format_penalty": self.format_penalty,
+            "total_reward": self.total,
+        }
+
+
+# ---------------------------------------------------------------- episode state
+
+
+@dataclass
+class SudokuEpisode:
+    """What the scheduler knows of one game between turns."""
+
+    board: Board
+    initial_filled: int
+    structured: bool
+    transcript_len: int = 0
+    tried: dict[Move, int] = field(default_factory=dict)
+    reward: SudokuReward = field(default_factory=SudokuReward)
+    steps: int = 0
+    last_move: Move | None = None
+    last_verdict: Verdict | None = None
+    last_reason: str | None = None
+
+    @property
+    def cells_filled(self) -> int:
+        """Cells filled since the start of the game."""
+        return game.count_filled(self.board) - self.initial_filled
+
+
+@dataclass(frozen=True)
+class _Reading:
+    board: Board | None
+    verdict: Verdict | None
+    reason: str | None
+    new_text: str
+    transcript_len: int
+
+
+def _transcript(obs: dict[str, Any]) -> str:
+    messages = obs.get("messages")
+    if isinstance(messages, list) and messages:
+        return "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    prompt = obs.get("prompt")
+    return prompt if isinstance(prompt, str) else ""
+
+
+def _structured_board(value: Any) -> Board | None:
+    if isinstance(value, list) and len(value) == 9 and all(isinstance(row, list) and len(row) == 9 for row in value):
+        return [[int(v or 0) for v in row] for row in value]
+    return None
+
+
+def _initial_filled(value: Any, board: Board) -> int:
+    if isinstance(value, bool) or value is None:
+        return game.count_filled(board)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, list):  # a 9x9 mask or the initial board
+        return sum(1 for row in value for v in (row if isinstance(row, list) else [row]) if v)
+    return game.count_filled(board)
+
+
+# ---------------------------------------------------------------- scheduler
+
+
+class SudokuScheduler(OpenEnvScheduler):
+    """Plays TextArena Sudoku on a remote server with shaped rewards and hints (see module doc).
+
+    ``observation_form``: what to ask an envsdk server for (``"compact"``: only new text and
+    structured fields); None sends nothing and reads whatever the server sends.
+    """
+
+    def __init__(self, *, observation_form: str | None = "compact", **kwargs: Any) -> None:
+        kwargs.setdefault("system_message", SUDOKU_SYSTEM_MESSAGE)
+        kwargs.setdefault("max_turns", 100)
+        super().__init__(**kwargs)
+        self.observation_form = observation_form
+
+    # ------------------------------------------------------------ overridable
+
+    def parse_move(self, text: str) -> Move | None:
+        """The move in a reply: ``[r c n]``, else its first three integers; None if neither."""
+        return game.parse_move(text)
+
+    def parse_action(self, text: str) -> dict[str, Any]:
+        """The action for a reply: its move, normalised to ``{"message": "[r c n]"}``."""
+        move = self.parse_move(text)
+        if move is None:
+            raise ValueError(f"no move [row column number] in reply {text[:80]!r}")
+        return {"message": _fmt_move(move)}
+
+    def format_observation(self, obs: dict[str, Any], episode: SudokuEpisode | None = None) -> str:
+        """The user message: on the first turn the board and hints; later ``Step k. Progress:
+        m cells filled.``, a note on a rejected move, the board and hints."""
+        if episode is None:
+            board = _structured_board(obs.get("board")) or game.parse_board(_transcript(obs))
+            if board is None:
+                return super().format_observation(obs)
+            return f"Current Sudoku board ('.' = empty):\n{game.render_board(board)}\n\n{sudoku_hints(board).render()}"
+        hints = sudoku_hints(episode.board, list(episode.tried)).render()
+        body = f"Current Sudoku board ('.' = empty):\n{game.render_board(episode.board)}\n\n{hints}"
+        if episode.steps == 0:
+            return body
+        header = f"Step {episode.steps}. Progress: {episode.cells_filled} cells filled."
+        if episode.last_verdict in ("invalid", "bad_format") and episode.last_move is not None:
+            note = f"Your move {_fmt_move(episode.last_move)} was rejected"
+            header += f"\n{note}: {episode.last_reason}." if episode.last_reason else f"\n{note}."
+        return f"{header}\n{body}"
+
+    # ------------------------------------------------------------ reading observations
+
+    def _read(self, obs: dict[str, Any], previous_len: int) -> _Reading:
+        text = _transcript(obs)
+        board = _structured_board(obs.get("board"))
+        if board is not None:
+            last_move = obs.get("last_move")
+            last: dict[str, Any] = last_move if isinstance(last_move, dict) else {}
+            said = last.get("verdict")
+            verdict: Verdict | None = said if said in ("valid", "invalid", "bad_format") else None
+            reason = last.get("reason")
+            return _Reading(board, verdict, str(reason) if reason else None, text, len(text))
+        # Cumulative transcript: only what was added since the previous observation is news.
+        new_text = text[previous_len:] if len(text) >= previous_len else text
+        warned = _WARNING_RE.search(new_text)
+        reason = None
+        if warned:
+            found = re.search(r"Reason:\s*(.*?)(?:\s*Please resubmit|$)", new_text, re.IGNORECASE | re.DOTALL)
+            reason = found.group(1).strip() if found else None
+        return _Reading(game.parse_board(new_text), "invalid" if warned else None, reason, new_text, len(text))
+
+    # ------------------------------------------------------------ hooks
+
+    def sudoku(self, trajectory: Trajectory) -> SudokuEpisode:
+        state = self.episode(trajectory).game
+        if not isinstance(state, SudokuEpisode):
+            raise RuntimeError(f"trajectory {trajectory.uuid} has no Sudoku game (not started)")
+        return state
+
+    async def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        episode = await self.open_session(trajectory)
+        kwargs = self.reset_arguments(trajectory)
+        asked_compact = False
+        if self.observation_form and "observation_form" not in kwargs and getattr(episode.session, "server_kind", None) == "envsdk":
+            kwargs["observation_form"] = self.observation_form
+            asked_compact = True
+        try:
+            await self.reset_session(trajectory, **kwargs)
+        except ServerError as exc:
+            # An envsdk server whose Sudoku env has no `observation_form` refuses the keyword.
+            if not (asked_compact and exc.code == "VALIDATION_ERROR"):
+                raise
+            kwargs.pop("observation_form")
+            await self.reset_session(trajectory, **kwargs)
+        obs = episode.observation
+        reading = self._read(obs, 0)
+        board = reading.board or game.parse_board(_transcript(obs))
+        if board is None:
+            raise ValueError(
+                f"the first observation from {episode.base_url} has no Sudoku board (neither a"
+                " `board` field nor R1..R9 rows in its text); is this a Sudoku server?"
+            )
+        structured = _structured_board(obs.get("board")) is not None
+        state = SudokuEpisode(
+            board=board,
+            initial_filled=_initial_filled(obs.get("initial_filled"), board) if structured else game.count_filled(board),
+            structured=structured,
+            transcript_len=reading.transcript_len,
+        )
+        episode.game = state
+        trajectory.reset_info["observation_form"] = "structured" if structured else "text"
+        trajectory.reset_info["observation_form_requested"] = kwargs.get("observation_form")
+        trajectory.messages = self.first_messages(trajectory, self.format_observation(obs, state))
+
+    async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
+        state = self.sudoku(trajectory)
+        move = self.parse_move(response_text)
+        if move is None:
+            state.reward.format_penalty = -1.0
+            trajectory.reason = f"unparseable reply (no [row column number]): {response_text[:80]!r}"
+            return self._finish_turn(trajectory, state, done=True, extra={"unparseable_reply": True})
+        action = self.parse_action(response_text)
+        result, duration = await self.env_step(trajectory, action)
+        obs = self.episode(trajectory).observation
+        reading = self._read(obs, state.transcript_len)
+        board_before = state.board
+        board_after = reading.board or board_before
+        verdict = reading.verdict if state.structured else self._text_verdict(reading, board_before, board_after, move, result)
+        times_before = state.tried.get(move, 0)
+        parts = move_components(board_before, move, times_before, verdict)
+        state.tried[move] = times_before + 1
+        state.reward.empty_cell.append(parts["empty_cell"])
+        state.reward.valid_move.append(parts["valid_move"])
+        state.reward.repetition.append(parts["repetition"])
+        open_cells = 81 - state.initial_filled
+        filled = game.count_filled(board_after) - state.initial_filled
+        state.reward.progress = max(state.reward.progress, filled / open_cells if open_cells else 1.0)
+        state.reward.correct = float(result.reward or 0.0)
+        state.board = board_after
+        state.transcript_len = reading.transcript_len
+        state.steps += 1
+        state.last_move, state.last_verdict, state.last_reason = move, verdict, reading.reason
+        components = {**parts, "progress": state.reward.progress, "correct": state.reward.correct, "total": state.reward.total}
+        info = self.step_info(result)
+        info["verdict"] = verdict
+        if obs.get("end_reason"):
+            info["end_reason"] = obs["end_reason"]
+        if reading.reason:
+            info["verdict_reason"] = reading.reason
+        trajectory.steps.append(
+            StepRecord(
+                turn=turn,
+                action=action,
+                observation=obs,
+                reward=float(result.reward or 0.0),
+                done=bool(result.done),
+                info=info,
+                components=components,
+                duration_s=duration,
+            )
+        )
+        if result.done:
+            trajectory.reason = self._end_reason(state, info)
+        return self._finish_turn(trajectory, state, done=bool(result.done))
+
+    def _text_verdict(
+        self, reading: _Reading, before: Board, after: Board, move: Move, result: StepResult[Any]
+    ) -> Verdict | None:
+        if reading.verdict is not None:
+            return reading.verdict
+        r, c, n = move
+        if 1 <= r <= 9 and 1 <= c <= 9 and before[r - 1][c - 1] == 0 and after[r - 1][c - 1] == n:
+            return "valid"
+        # TextArena prints no warning for the move that ends a lost game: the only way a step
+        # ends the game unsolved is a rejected move.
+        if result.done and float(result.reward or 0.0) < 1.0:
+            return "invalid"
+        return None
+
+    def _end_reason(self, state: SudokuEpisode, info: dict[str, Any]) -> str:
+        if state.reward.correct >= 1.0:
+            return "solved"
+        env_reason = info.get("end_reason") or info.get("reason") or info.get("verdict_reason")
+        move = _fmt_move(state.last_move) if state.last_move else "?"
+        text = f"game lost: invalid move {move} after the error allowance was used up"
+        return f"{text} ({env_reason})" if env_reason else text
+
+    def _finish_turn(
+        self, trajectory: Trajectory, state: SudokuEpisode, *, done: bool, extra: dict[str, Any] | None = None
+    ) -> TurnResult:
+        summary = state.reward.summary()
+        trajectory.total_reward = summary["total_reward"]
+        infos: dict[str, Any] = {
+            **summary,
+            "step_rewards": trajectory.step_rewards,
+            "reward_components": {
+                "empty_cell": list(state.reward.empty_cell),
+                "valid_move": list(state.reward.valid_move),
+                "repetition": list(state.reward.repetition),
+            },
+            "cells_filled": state.cells_filled,
+            "moves_tried": [_fmt_move(m) for m in state.tried],
+            **(extra or {}),
+        }
+        return {"done": done, "rollout_infos": infos}
+
+    async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
+        state = self.sudoku(trajectory)
+        obs = self.episode(trajectory).observation
+        trajectory.messages.append({"role": "user", "content": self.format_observation(obs, state)})
+
+    def is_success(self, trajectory: Trajectory) -> bool:
+        """Solved: the env's reward for the last step was 1."""
+        return trajectory.status == "done" and float(trajectory.rollout_infos.get("correct", 0.0)) >= 1.0

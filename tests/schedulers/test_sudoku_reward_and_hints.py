@@ -1,0 +1,129 @@
+"""Pure parts of the Sudoku scheduler: hints and the five reward components."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from envsdk.games.sudoku import count_filled, parse_board, render_board
+from envsdk.schedulers.sudoku import SudokuReward, SudokuScheduler, move_components, sudoku_hints
+
+# A valid solved grid built from the canonical pattern, then shuffled by digit relabelling.
+_BASE = [[(3 * (r % 3) + r // 3 + c) % 9 + 1 for c in range(9)] for r in range(9)]
+
+
+def _puzzle(seed: int, holes: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    relabel = list(range(1, 10))
+    rng.shuffle(relabel)
+    grid = [[relabel[v - 1] for v in row] for row in _BASE]
+    for idx in rng.sample(range(81), holes):
+        grid[idx // 9][idx % 9] = 0
+    return grid
+
+
+def _independent_candidates(board: list[list[int]]) -> dict[tuple[int, int], set[int]]:
+    """Candidates by a different route: precomputed row, column and box digit sets."""
+    rows = [set(board[r]) - {0} for r in range(9)]
+    cols = [{board[r][c] for r in range(9)} - {0} for c in range(9)]
+    boxes = [set() for _ in range(9)]
+    for r in range(9):
+        for c in range(9):
+            if board[r][c]:
+                boxes[(r // 3) * 3 + c // 3].add(board[r][c])
+    return {
+        (r + 1, c + 1): set(range(1, 10)) - rows[r] - cols[c] - boxes[(r // 3) * 3 + c // 3]
+        for r in range(9)
+        for c in range(9)
+        if board[r][c] == 0
+    }
+
+
+BOARDS = [_puzzle(seed, holes) for seed, holes in [(1, 21), (2, 40), (3, 55), (4, 5), (5, 64)]]
+
+
+@pytest.mark.parametrize("board", BOARDS, ids=[f"holes{81 - count_filled(b)}" for b in BOARDS])
+def test_hinted_cells_carry_exactly_their_candidates(board: list[list[int]]) -> None:
+    expected = _independent_candidates(board)
+    hints = sudoku_hints(board)
+    assert len(hints.guaranteed) <= 5 and len(hints.options) <= 5
+    for r, c, digit in hints.guaranteed:
+        assert expected[(r, c)] == {digit}
+    for r, c, digits in hints.options:
+        assert set(digits) == expected[(r, c)]
+        assert 2 <= len(digits) <= 3
+    # Hints come from the 10 cells with the fewest candidates.
+    cutoff = sorted(len(v) for v in expected.values())[: 10][-1]
+    for r, c, *_ in [*hints.guaranteed, *hints.options]:
+        assert len(expected[(r, c)]) <= cutoff
+    singles = sorted(k for k, v in expected.items() if len(v) == 1)
+    assert [(r, c) for r, c, _ in hints.guaranteed] == singles[: min(5, len(singles), 10)]
+
+
+def test_hints_render_the_three_lines() -> None:
+    board = BOARDS[0]
+    text = sudoku_hints(board, [(1, 1, 5), (1, 1, 5), (2, 2, 3)]).render()
+    lines = text.splitlines()
+    assert lines[0] == "MOVES ALREADY TRIED (do not repeat): [1 1 5], [2 2 3]"
+    assert lines[1].startswith("GUARANTEED MOVES (only one option): [")
+    assert all(part.count(" ") == 2 for part in lines[1].split(": ", 1)[1].split(", "))
+
+
+def test_other_options_line_formats_cells_and_digits() -> None:
+    board = BOARDS[2]  # 55 holes: plenty of 2- and 3-candidate cells
+    hints = sudoku_hints(board)
+    assert hints.options, "this board should have 2-3 candidate cells among its 10 tightest"
+    line = next(l for l in hints.render().splitlines() if l.startswith("Other options: "))
+    r, c, digits = hints.options[0]
+    assert f"({r},{c})->{','.join(map(str, digits))}" in line
+    assert line.count(" | ") == len(hints.options) - 1
+
+
+def test_no_tried_line_before_any_move() -> None:
+    assert "MOVES ALREADY TRIED" not in sudoku_hints(BOARDS[0]).render()
+
+
+def test_move_components_for_each_verdict() -> None:
+    board = BOARDS[0]
+    empty = next((r + 1, c + 1) for r in range(9) for c in range(9) if board[r][c] == 0)
+    filled = next((r + 1, c + 1) for r in range(9) for c in range(9) if board[r][c] != 0)
+    assert move_components(board, (*empty, 4), 0, "valid") == {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0}
+    assert move_components(board, (*filled, 4), 0, "invalid") == {"empty_cell": -1.0, "valid_move": -0.5, "repetition": 0.0}
+    assert move_components(board, (*empty, 4), 0, None)["valid_move"] == 0.0
+    assert move_components(board, (10, 1, 4), 0, "invalid")["empty_cell"] == -1.0
+
+
+@pytest.mark.parametrize("n, penalty", [(1, -2.0), (2, -4.0), (3, -8.0), (4, -10.0), (5, -10.0), (9, -10.0)])
+def test_repetition_penalty_doubles_up_to_ten(n: int, penalty: float) -> None:
+    assert move_components(BOARDS[0], (1, 1, 1), n, "invalid")["repetition"] == penalty
+
+
+def test_a_repeated_valid_move_gets_no_valid_credit() -> None:
+    board = BOARDS[0]
+    empty = next((r + 1, c + 1) for r in range(9) for c in range(9) if board[r][c] == 0)
+    assert move_components(board, (*empty, 4), 1, "valid")["valid_move"] == 0.0
+
+
+def test_total_is_means_plus_progress_plus_correct() -> None:
+    reward = SudokuReward(empty_cell=[1, -1, 1], valid_move=[1, -0.5, 1], repetition=[0, 0, -2], progress=0.5, correct=0.0)
+    assert reward.total == pytest.approx(1 / 3 + 1.5 / 3 - 2 / 3 + 0.5)
+    perfect = SudokuReward(empty_cell=[1.0] * 21, valid_move=[1.0] * 21, repetition=[0.0] * 21, progress=1.0, correct=1.0)
+    assert perfect.total == 4.0
+    assert SudokuReward(format_penalty=-1.0).total == -1.0
+
+
+def test_parse_action_normalises_the_move_and_refuses_none() -> None:
+    sched = SudokuScheduler()
+    assert sched.parse_action("I think row 3, col 4 gets 5") == {"message": "[3 4 5]"}
+    assert sched.parse_action("```\n[1 2 3]\n```") == {"message": "[1 2 3]"}
+    with pytest.raises(ValueError, match="no move"):
+        sched.parse_action("no idea")
+
+
+def test_format_observation_without_episode_shows_board_and_hints() -> None:
+    board = BOARDS[0]
+    text = SudokuScheduler().format_observation({"board": board})
+    assert parse_board(text) == board
+    assert "GUARANTEED MOVES" in text
+    assert render_board(board) in text

@@ -1,0 +1,129 @@
+"""SudokuScheduler end to end against real Sudoku servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from envsdk.env import RolloutRequest
+from envsdk.policies import SudokuOraclePolicy
+from envsdk.schedulers import SudokuScheduler, Trajectory
+
+from .policies import SolutionScript, last_board
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _rows(url: str, seeds: list[int], **reset_kwargs: Any) -> list[RolloutRequest]:
+    config: dict[str, Any] = {"base_url": url}
+    if reset_kwargs:
+        config["reset_kwargs"] = reset_kwargs
+    return [RolloutRequest(data_dict={"env_config": {**config, "seed": s}}) for s in seeds]
+
+
+async def _one(url: str, policy: Any, seed: int = 5, max_turns: int = 100, **reset_kwargs: Any) -> Trajectory:
+    [traj] = await SudokuScheduler(max_turns=max_turns).run(_rows(url, [seed], **reset_kwargs), policy)
+    return traj
+
+
+async def test_oracle_solves_every_episode_with_a_perfect_score(sudoku_url: str) -> None:
+    trajs = await SudokuScheduler().run(_rows(sudoku_url, list(range(8))), SudokuOraclePolicy())
+    for traj in trajs:
+        assert traj.status == "done" and traj.success and traj.reason == "solved", traj.reason
+        assert traj.reset_info["observation_form"] == "structured"
+        assert traj.reset_info["observation_form_requested"] == "compact"
+        # Compact frames carry only the new text, not the rules again.
+        assert "Rules and Instructions" not in json.dumps(traj.steps[0].observation)
+        infos = traj.rollout_infos
+        assert infos["correct"] == 1.0 and infos["valid_move"] == 1.0 and infos["empty_cell"] == 1.0
+        assert infos["repetition"] == 0.0 and infos["progress"] == 1.0
+        assert traj.total_reward == pytest.approx(4.0)
+        assert traj.steps[-1].components["total"] == pytest.approx(4.0)
+        assert traj.turns == len(traj.steps) == infos["cells_filled"] >= 20  # Sudoku-v0: ~60 clues
+
+
+async def test_messages_show_board_progress_and_hints(sudoku_url: str) -> None:
+    traj = await _one(sudoku_url, SudokuOraclePolicy(), max_turns=3)
+    assert traj.status == "max_turns"
+    first, later = traj.messages[1]["content"], traj.messages[3]["content"]
+    assert traj.messages[0]["role"] == "system" and "[row column number]" in traj.messages[0]["content"]
+    assert "GUARANTEED MOVES (only one option):" in first and "Step" not in first
+    assert later.startswith("Step 1. Progress: 1 cells filled.")
+    assert "MOVES ALREADY TRIED (do not repeat): [" in later
+    assert last_board([traj.messages[3]]) != last_board([traj.messages[1]])
+
+
+async def test_repeating_one_move_costs_doubling_penalties(sudoku_url: str) -> None:
+    policy = SolutionScript(["good"] + ["first"] * 5)
+    traj = await _one(sudoku_url, policy, max_turns=6, error_allowance=10)
+    assert traj.status == "max_turns"
+    reps = [s.components["repetition"] for s in traj.steps]
+    assert reps == [0.0, -2.0, -4.0, -8.0, -10.0, -10.0]
+    assert [s.components["valid_move"] for s in traj.steps] == [1.0] + [-0.5] * 5
+    assert [s.components["empty_cell"] for s in traj.steps] == [1.0] + [-1.0] * 5
+    assert traj.rollout_infos["repetition"] == pytest.approx(sum(reps) / 6)
+
+
+async def test_default_allowance_ends_on_second_consecutive_invalid_move(sudoku_url: str) -> None:
+    traj = await _one(sudoku_url, SolutionScript(["good", "filled", "filled"]))
+    assert traj.status == "done" and not traj.success
+    assert len(traj.steps) == 3 and traj.steps[-1].done
+    assert traj.reason is not None and traj.reason.startswith("game lost: invalid move")
+    assert traj.steps[-1].info["verdict"] == "invalid"
+    assert 0 < traj.rollout_infos["correct"] < 1  # TextArena's fraction on a loss
+
+
+async def test_unparseable_reply_costs_one_and_ends_the_episode(sudoku_url: str) -> None:
+    good = await _one(sudoku_url, SolutionScript(["good"]), max_turns=1)
+    traj = await _one(sudoku_url, SolutionScript(["good", "junk", "good"]))
+    assert traj.status == "done" and traj.turns == 2 and len(traj.steps) == 1
+    assert traj.rollout_infos["unparseable_reply"] is True and traj.rollout_infos["format_penalty"] == -1.0
+    assert traj.total_reward == pytest.approx(good.total_reward - 1.0)
+    assert "unparseable" in (traj.reason or "")
+    first_turn_junk = await _one(sudoku_url, SolutionScript(["junk"]))
+    assert first_turn_junk.total_reward == -1.0 and first_turn_junk.steps == []
+
+
+@pytest.mark.timeout(90)
+async def test_64_episodes_stopped_at_max_turns_leave_no_sessions(sudoku_url: str) -> None:
+    trajs = await SudokuScheduler(max_turns=2, max_concurrent_envs=8).run(
+        _rows(sudoku_url, list(range(100, 164))), SudokuOraclePolicy(), max_concurrency=64
+    )
+    assert [t.status for t in trajs] == ["max_turns"] * 64
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):  # the server frees a slot when it sees the close frame
+            health = (await http.get(f"{sudoku_url}/health")).json()
+            if health["active_sessions"] == 0:
+                break
+            await asyncio.sleep(0.02)
+    assert health["active_sessions"] == 0
+
+
+SCRIPTS = [
+    ["good", "filled", "good", "good", "filled", "filled"],  # ends on two consecutive invalid moves
+    ["good", "good", "filled", "good", "junk"],  # ends on an unparseable reply
+]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=["lost", "unparseable"])
+async def test_text_fallback_gives_the_same_rewards_as_structured_fields(
+    sudoku_url: str, openenv_sudoku_url: str, script: list[str]
+) -> None:
+    structured = await _one(sudoku_url, SolutionScript(script), seed=11)
+    text = await _one(openenv_sudoku_url, SolutionScript(script), seed=11)
+    assert structured.reset_info["observation_form"] == "structured"
+    assert text.reset_info["observation_form"] == "text"
+    assert text.reset_info["observation_form_requested"] is None  # a plain OpenEnv server
+    assert [s.action for s in text.steps] == [s.action for s in structured.steps]
+    assert [s.components for s in text.steps] == [s.components for s in structured.steps]
+    assert text.total_reward == pytest.approx(structured.total_reward)
+    assert (text.status, text.success) == (structured.status, structured.success)
+
+
+async def test_text_fallback_oracle_scores_four(openenv_sudoku_url: str) -> None:
+    traj = await _one(openenv_sudoku_url, SudokuOraclePolicy(), seed=3)
+    assert traj.status == "done" and traj.success and traj.total_reward == pytest.approx(4.0)
