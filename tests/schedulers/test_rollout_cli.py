@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from envsdk.registry import envs
+
 from envsdk.rollout import Stat, main, summarize
 from envsdk.schedulers import Trajectory
 from envsdk.env import RolloutRequest
@@ -98,3 +100,4 @@ def test_cli_loads_external_plugins_and_custom_policies(
     assert "success rate    100.0% (3/3)" in out.out
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["infos"] for r in records] == [[{"said": "hello"}]] * 3
+    del envs["one_shot_cli_test"]  # registries are process-wide; other tests list the names
