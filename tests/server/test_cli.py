@@ -1,4 +1,4 @@
-"""`envsdk serve` as a real subprocess, reached by the real OpenEnv client."""
+"""`envsdk serve` as a real subprocess, reached by the real OpenEnv client and by envsdk's."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 
 from envsdk.cli import main
+from envsdk.client import OpenEnvWrapper
 from envsdk.testing import free_port
 
 
@@ -28,7 +29,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> 
 
 
 @pytest.mark.timeout(60)
-def test_envsdk_serve_runs_an_environment_class_the_openenv_client_can_use():
+def test_envsdk_serve_runs_an_environment_class_both_clients_can_use():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "MAX_CONCURRENT_ENVS")}
     proc = subprocess.Popen(
@@ -47,6 +48,10 @@ def test_envsdk_serve_runs_an_environment_class_the_openenv_client_can_use():
             assert client.state()["step_count"] == 1
         finally:
             client.close()
+        with OpenEnvWrapper(url) as ours:
+            assert ours.reset(seed=3).observation["echoed_message"] == "ready"
+            assert ours.step({"message": "ours"}).reward == pytest.approx(0.4)
+            assert ours.state()["step_count"] == 1
     finally:
         proc.terminate()
         try:
