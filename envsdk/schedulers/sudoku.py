@@ -198,6 +198,30 @@ class SudokuEpisode:
         """Cells filled since the start of the game."""
         return game.count_filled(self.board) - self.initial_filled
 
+    def score(
+        self, move: Move, verdict: Verdict | None, board_after: Board, reward: float, reason: str | None = None
+    ) -> dict[str, float]:
+        """Score one played move and advance the episode: the step's five components and total.
+
+        ``board_after`` is the board the environment shows after the move, ``reward`` the
+        environment's reward for the step (``correct``). The one place the reward is computed:
+        the scheduler and the web page both call it.
+        """
+        times_before = self.tried.get(move, 0)
+        parts = move_components(self.board, move, times_before, verdict)
+        self.tried[move] = times_before + 1
+        self.reward.empty_cell.append(parts["empty_cell"])
+        self.reward.valid_move.append(parts["valid_move"])
+        self.reward.repetition.append(parts["repetition"])
+        open_cells = 81 - self.initial_filled
+        filled = game.count_filled(board_after) - self.initial_filled
+        self.reward.progress = max(self.reward.progress, filled / open_cells if open_cells else 1.0)
+        self.reward.correct = float(reward)
+        self.board = [row[:] for row in board_after]
+        self.steps += 1
+        self.last_move, self.last_verdict, self.last_reason = move, verdict, reason
+        return {**parts, "progress": self.reward.progress, "correct": self.reward.correct, "total": self.reward.total}
+
 
 @dataclass(frozen=True)
 class _Reading:
@@ -276,7 +300,8 @@ class SudokuScheduler(OpenEnvScheduler):
         header = f"Step {episode.steps}. Progress: {episode.cells_filled} cells filled."
         if episode.last_verdict in ("invalid", "bad_format") and episode.last_move is not None:
             note = f"Your move {_fmt_move(episode.last_move)} was rejected"
-            header += f"\n{note}: {episode.last_reason}." if episode.last_reason else f"\n{note}."
+            reason = (episode.last_reason or "").rstrip(". ")
+            header += f"\n{note}: {reason}." if reason else f"\n{note}."
         return f"{header}\n{body}"
 
     # ------------------------------------------------------------ reading observations
@@ -357,21 +382,8 @@ class SudokuScheduler(OpenEnvScheduler):
         board_before = state.board
         board_after = reading.board or board_before
         verdict = reading.verdict if state.structured else self._text_verdict(reading, board_before, board_after, move, result)
-        times_before = state.tried.get(move, 0)
-        parts = move_components(board_before, move, times_before, verdict)
-        state.tried[move] = times_before + 1
-        state.reward.empty_cell.append(parts["empty_cell"])
-        state.reward.valid_move.append(parts["valid_move"])
-        state.reward.repetition.append(parts["repetition"])
-        open_cells = 81 - state.initial_filled
-        filled = game.count_filled(board_after) - state.initial_filled
-        state.reward.progress = max(state.reward.progress, filled / open_cells if open_cells else 1.0)
-        state.reward.correct = float(result.reward or 0.0)
-        state.board = board_after
+        components = state.score(move, verdict, board_after, float(result.reward or 0.0), reading.reason)
         state.transcript_len = reading.transcript_len
-        state.steps += 1
-        state.last_move, state.last_verdict, state.last_reason = move, verdict, reading.reason
-        components = {**parts, "progress": state.reward.progress, "correct": state.reward.correct, "total": state.reward.total}
         info = self.step_info(result)
         info["verdict"] = verdict
         if obs.get("end_reason"):
