@@ -16,6 +16,7 @@ from envsdk.errors import (
     NotResetError,
     ProtocolError,
     ServerError,
+    ServerShutdownError,
     SessionLostError,
 )
 from envsdk.types import Action, Observation, State, StepResult
@@ -47,6 +48,7 @@ __all__ = [
     "EpisodeDoneError",
     "NotResetError",
     "SessionLostError",
+    "ServerShutdownError",
     "AuthenticationError",
     "EnvNotFoundError",
     *_LAZY,

@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
 case ",$extras," in
-  *,hf,*)
+  *,hf,*|*,train,*)
     # torch first and pinned: pip then takes the CPU build that lies on disk here instead of
     # resolving a multi-GB CUDA build for transformers. GPU users install their own torch.
     if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then

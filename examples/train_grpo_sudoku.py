@@ -1,0 +1,181 @@
+"""GRPO on TextArena Sudoku with TRL's GRPOTrainer and an envsdk Sudoku server.
+
+On a GPU machine, with vLLM generating inside the training process:
+
+    python examples/train_grpo_sudoku.py --model Qwen/Qwen3-0.6B --use-vllm --vllm-mode colocate
+
+On CPU with a local tiny model (``python -c "from envsdk.tiny_model import build_tiny_model;
+build_tiny_model('tiny')"``), offline:
+
+    HF_HUB_OFFLINE=1 python examples/train_grpo_sudoku.py --model ./tiny --cpu --max-steps 3
+
+Two adapters (``--adapter``):
+
+* ``rollout_func`` (default): envsdk's `SudokuScheduler` plays whole games, the model replying
+  ``[row col number]`` each turn; the board and hints between turns are kept in context but
+  masked from the loss. Works with any chat model.
+* ``environment_factory``: TRL runs the game through tool calls to ``place(row, col,
+  number)``; needs a chat template with tool calling (Qwen3, Llama 3.1, …).
+
+Without ``--base-url`` a Sudoku server is started in this process, sized for the run
+(MAX_CONCURRENT_ENVS = the sessions the run holds at once). The reward is the scheduler's
+total of its five components (empty_cell, valid_move, repetition, progress, correct), each
+also logged as ``rewards/<component>/mean``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+SYSTEM_PROMPT = (
+    "You are playing Sudoku. Fill the empty cells ('.') so that every row, every column and every 3x3 box "
+    "contains the digits 1-9 exactly once. Never overwrite a filled cell."
+)
+REPLY_FORMAT = "Each turn, reply with exactly one move in the format [row column number], for example [5 3 7]."
+TOOL_FORMAT = "Make one move at a time by calling the place tool."
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="hub id or local directory")
+    parser.add_argument("--adapter", choices=["rollout_func", "environment_factory"], default="rollout_func")
+    parser.add_argument("--base-url", default=None, help="a running Sudoku server (default: start one here)")
+    parser.add_argument("--env-id", default="Sudoku-v0", help="TextArena variant for the embedded server")
+    parser.add_argument("--cpu", action="store_true", help="train on CPU (fp32, one process)")
+    parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM")
+    parser.add_argument("--vllm-mode", choices=["colocate", "server"], default="colocate")
+    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3)
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=8, help="per_device_train_batch_size")
+    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--max-completion-length", type=int, default=2048, help="model and environment tokens")
+    parser.add_argument("--max-turn-tokens", type=int, default=256, help="tokens of one model turn (rollout_func)")
+    parser.add_argument("--max-turns", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=1e-6)
+    parser.add_argument("--env-weight", type=float, default=1.0, help="weight of the environment's reward column")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default="runs/grpo-sudoku")
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def sudoku_server(args: argparse.Namespace, sessions: int) -> Iterator[str]:
+    """The server to train against: `--base-url`, or one started here for `sessions` sessions."""
+    if args.base_url:
+        yield args.base_url
+        return
+    from envsdk.testing import running_server
+    from servers.sudoku.app import create_sudoku_app
+
+    with running_server(create_sudoku_app(args.env_id, max_concurrent_envs=sessions)) as url:
+        yield url
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train; return a summary (steps, seconds, steps/s, the logged rewards per step)."""
+    args = parse_args(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envsdk.integrations.trl import (
+        SUDOKU_REWARD_COMPONENTS,
+        make_rollout_func,
+        required_env_sessions,
+        reward_component_funcs,
+        sudoku_environment_factory,
+        with_env_reward,
+    )
+    from envsdk.schedulers import SudokuScheduler
+
+    if args.cpu:
+        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    components = reward_component_funcs()
+    use_tools = args.adapter == "environment_factory"
+    if use_tools:
+        # TRL adds the environment's get_reward column itself (last, weight 1).
+        reward_funcs: list[Any] = list(components)
+        weights = [0.0] * len(components)
+    else:
+        reward_funcs, weights = with_env_reward(components, [0.0] * len(components), args.env_weight)
+    config = GRPOConfig(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        learning_rate=args.learning_rate,
+        reward_weights=weights,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        use_cpu=args.cpu,
+        bf16=not args.cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        use_vllm=args.use_vllm,
+        vllm_mode=args.vllm_mode,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        max_tool_calling_iterations=args.max_turns if use_tools else None,
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    prompt = [{"role": "system", "content": f"{SYSTEM_PROMPT} {TOOL_FORMAT if use_tools else REPLY_FORMAT}"}]
+    rows = max(args.max_steps, 1) * args.batch_size
+    if use_tools:
+        dataset = Dataset.from_list([{"prompt": [*prompt, {"role": "user", "content": ""}], "seed": i} for i in range(rows)])
+    else:
+        dataset = Dataset.from_list([{"prompt": [*prompt, {"role": "user", "content": "Start."}]}] * rows)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    # rollout_func: the episodes in a batch at once; environment_factory: TRL's pool.
+    sessions = required_env_sessions(config)
+    with sudoku_server(args, sessions) as url:
+        if use_tools:
+            factory = sudoku_environment_factory(url, max_turns=args.max_turns)
+            trainer = GRPOTrainer(
+                model=args.model,
+                reward_funcs=reward_funcs,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                environment_factory=factory,
+                callbacks=[factory.callback()],
+            )
+        else:
+            scheduler = SudokuScheduler(
+                base_url=url, max_turns=args.max_turns, system_message=prompt[0]["content"], max_concurrent_envs=64
+            )
+            trainer = GRPOTrainer(
+                model=args.model,
+                reward_funcs=reward_funcs,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                rollout_func=make_rollout_func(scheduler, max_turn_tokens=args.max_turn_tokens, seed=args.seed),
+            )
+        started = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - started
+    env_key = "rewards/SudokuToolEnvironment/mean" if use_tools else "rewards/env_reward_func/mean"
+    history = [h for h in trainer.state.log_history if env_key in h]
+    summary: dict[str, Any] = {
+        "steps": trainer.state.global_step,
+        "seconds": seconds,
+        "steps_per_s": trainer.state.global_step / seconds if seconds else 0.0,
+        "env_reward": [h[env_key] for h in history],
+        **{name: [h.get(f"rewards/{name}/mean") for h in history] for name in SUDOKU_REWARD_COMPONENTS},
+    }
+    print(f"{summary['steps']} steps in {seconds:.1f} s ({summary['steps_per_s']:.3f} steps/s)")
+    for i, h in enumerate(history, 1):
+        parts = " ".join(f"{name}={h.get(f'rewards/{name}/mean') or 0.0:+.3f}" for name in SUDOKU_REWARD_COMPONENTS)
+        print(f"step {i}: env_reward={h[env_key]:+.3f} {parts}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
