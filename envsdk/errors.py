@@ -18,6 +18,7 @@ __all__ = [
     "EpisodeDoneError",
     "NotResetError",
     "SessionLostError",
+    "ServerShutdownError",
     "AuthenticationError",
     "EnvNotFoundError",
 ]
@@ -99,6 +100,13 @@ class SessionLostError(EnvSDKError):
         self.session_id = session_id
         self.code = code
         self.details: dict[str, Any] = dict(details or {})
+
+
+class ServerShutdownError(SessionLostError):
+    """The server shut down (or is shutting down) under this session: it answered
+    ``SHUTTING_DOWN`` or closed the connection with 1001 "server shutting down". The session
+    and its episode are gone; a restarted server does not know them. Retry the episode on a
+    server that is up."""
 
 
 class EnvNotFoundError(EnvSDKError, KeyError):
