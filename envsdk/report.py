@@ -1,0 +1,347 @@
+"""``envsdk report completions.jsonl``: plots of a file of trajectories, and an HTML page of them.
+
+Reads the records `TrajectoryWriter` writes (`Trajectory.to_dict`, one JSON object a line) and
+writes, into an output folder (default: ``<file stem>_report/`` beside the file):
+
+* ``total_reward.png`` — the distribution of the episodes' total reward;
+* ``components.png`` — the distribution of each episode-level component (the numeric scalars a
+  scheduler put in ``rollout_infos``, as `envsdk rollout` summarises them; Sudoku: the five
+  reward parts, ``format_penalty`` and ``cells_filled``);
+* ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
+* ``training.png`` — only for files from training (records with a ``global_step`` or ``step``
+  number): mean total reward (with min–max band), success rate and mean components per step;
+* ``report.html`` — a summary table and the images above.
+
+Plots are drawn with matplotlib's Agg backend through `matplotlib.figure.Figure` (no pyplot
+global state, no display); matplotlib is the ``report`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+__all__ = [
+    "ReportError",
+    "Episode",
+    "Report",
+    "load_episodes",
+    "write_report",
+    "add_report_parser",
+    "report_command",
+]
+
+_STEP_KEYS = ("global_step", "step")
+
+
+class ReportError(ValueError):
+    """The input cannot be reported on: missing, empty, or not trajectory records."""
+
+
+@dataclass(frozen=True)
+class Episode:
+    """What the report reads of one trajectory record."""
+
+    total_reward: float
+    success: bool
+    status: str
+    turns: int
+    components: dict[str, float] = field(default_factory=dict)
+    training_step: float | None = None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _episode(record: Any, where: str) -> Episode:
+    if not isinstance(record, dict):
+        raise ReportError(f"{where}: expected a JSON object (a trajectory record), got {type(record).__name__}")
+    total = _number(record.get("total_reward"))
+    if total is None:
+        raise ReportError(
+            f"{where}: no numeric 'total_reward'; expected records written by envsdk's "
+            "TrajectoryWriter (envsdk rollout --out, completions.jsonl)"
+        )
+    infos = record.get("rollout_infos")
+    components: dict[str, float] = {}
+    if isinstance(infos, dict):
+        for key, value in infos.items():
+            number = _number(value)
+            if key != "total_reward" and number is not None:
+                components[key] = number
+    step = next((s for s in (_number(record.get(k)) for k in _STEP_KEYS) if s is not None), None)
+    turns = _number(record.get("turns"))
+    return Episode(
+        total_reward=total,
+        success=bool(record.get("success", False)),
+        status=str(record.get("status", "unknown")),
+        turns=int(turns) if turns is not None else len(record.get("steps") or []),
+        components=components,
+        training_step=step,
+    )
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """Every record of the JSON-lines file `path` (blank lines skipped).
+
+    Raises `ReportError` naming the file and line for a missing file, bad JSON, a record that
+    is not a trajectory, or a file with no records.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise ReportError(f"{source}: no such file")
+    episodes: list[Episode] = []
+    with source.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ReportError(f"{where}: not JSON ({exc.msg})") from None
+            episodes.append(_episode(record, where))
+    if not episodes:
+        raise ReportError(f"{source}: no records")
+    return episodes
+
+
+@dataclass(frozen=True)
+class Report:
+    """The files a report wrote: the HTML page and its plots by name."""
+
+    html: Path
+    plots: dict[str, Path]
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _bins(values: Sequence[float]) -> int:
+    return max(5, min(30, int(math.sqrt(len(values))) * 2))
+
+
+def _histogram(ax: Any, values: Sequence[float], title: str, color: str) -> None:
+    ax.hist(values, bins=_bins(values), color=color, edgecolor="white")
+    mean = fmean(values)
+    ax.axvline(mean, color="#1d2330", linestyle="--", linewidth=1)
+    ax.set_title(f"{title}\nmean {mean:.3f}, n={len(values)}", fontsize=10)
+    ax.set_ylabel("episodes")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _plot_total(episodes: list[Episode], out: Path) -> None:
+    fig = _figure(6.4, 3.6)
+    _histogram(fig.add_subplot(), [e.total_reward for e in episodes], "total reward", "#2f6fde")
+    fig.savefig(out)
+
+
+def _component_names(episodes: list[Episode]) -> list[str]:
+    return sorted({name for e in episodes for name in e.components})
+
+
+def _plot_components(episodes: list[Episode], names: list[str], out: Path) -> None:
+    columns = min(3, len(names))
+    rows = math.ceil(len(names) / columns)
+    fig = _figure(4.0 * columns, 3.0 * rows)
+    for index, name in enumerate(names, start=1):
+        values = [e.components[name] for e in episodes if name in e.components]
+        _histogram(fig.add_subplot(rows, columns, index), values, name, "#12805c")
+    fig.savefig(out)
+
+
+def _plot_episodes(episodes: list[Episode], out: Path) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(10.0, 3.6)
+    status_ax, turns_ax = fig.subplots(1, 2)
+    statuses = Counter(e.status for e in episodes)
+    names = sorted(statuses)
+    bars = status_ax.bar(names, [statuses[n] for n in names], color="#8a6fd1")
+    status_ax.bar_label(bars)
+    status_ax.margins(y=0.12)  # room for the count labels above the bars
+    successes = sum(e.success for e in episodes)
+    status_ax.set_title(
+        f"how episodes ended — success rate {successes / len(episodes):.1%} ({successes}/{len(episodes)})",
+        fontsize=10,
+    )
+    status_ax.set_ylabel("episodes")
+    turns = [e.turns for e in episodes]
+    edges = [t - 0.5 for t in range(min(turns), max(turns) + 2)]
+    turns_ax.hist(turns, bins=edges if len(edges) <= 61 else _bins(turns), color="#d98b2b", edgecolor="white")
+    turns_ax.set_title(f"turns per episode — mean {fmean(turns):.2f}", fontsize=10)
+    turns_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    turns_ax.set_xlabel("turns")
+    turns_ax.set_ylabel("episodes")
+    for ax in (status_ax, turns_ax):
+        ax.grid(axis="y", alpha=0.3)
+    fig.savefig(out)
+
+
+def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None:
+    by_step: dict[float, list[Episode]] = defaultdict(list)
+    for e in episodes:
+        if e.training_step is not None:
+            by_step[e.training_step].append(e)
+    steps = sorted(by_step)
+    panels = 2 + (1 if names else 0)
+    fig = _figure(6.4, 2.8 * panels)
+    axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
+    totals = [[e.total_reward for e in by_step[s]] for s in steps]
+    axes[0].plot(steps, [fmean(t) for t in totals], color="#2f6fde", marker="o", markersize=3, label="mean")
+    axes[0].fill_between(steps, [min(t) for t in totals], [max(t) for t in totals], color="#2f6fde", alpha=0.15, label="min–max")
+    axes[0].set_title("total reward per training step", fontsize=10)
+    axes[0].legend(fontsize=8)
+    axes[1].plot(steps, [fmean(float(e.success) for e in by_step[s]) for s in steps], color="#12805c", marker="o", markersize=3)
+    axes[1].set_ylim(-0.05, 1.05)
+    axes[1].set_title("success rate per training step", fontsize=10)
+    if names:
+        for name in names:
+            points = [(s, fmean(vals)) for s in steps if (vals := [e.components[name] for e in by_step[s] if name in e.components])]
+            axes[2].plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name)
+        axes[2].set_title("mean components per training step", fontsize=10)
+        axes[2].legend(fontsize=8, ncol=2)
+    axes[-1].set_xlabel("training step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.savefig(out)
+
+
+# ---------------------------------------------------------------- page
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _html(source: Path, episodes: list[Episode], names: list[str], plots: dict[str, Path]) -> str:
+    successes = sum(e.success for e in episodes)
+    statuses = ", ".join(f"{k}={v}" for k, v in sorted(Counter(e.status for e in episodes).items()))
+    rows = [("total_reward", [e.total_reward for e in episodes])]
+    rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
+    rows.append(("turns", [float(e.turns) for e in episodes]))
+    table = "\n".join(
+        f"<tr><td>{html.escape(name)}</td><td>{fmean(v):.3f}</td><td>{_quantile(v, 0.5):.3f}</td>"
+        f"<td>{_quantile(v, 0.9):.3f}</td><td>{min(v):.3f}</td><td>{max(v):.3f}</td></tr>"
+        for name, v in rows
+    )
+    captions = {
+        "total_reward": "Total reward per episode",
+        "components": "Components per episode (rollout_infos)",
+        "episodes": "How episodes ended; turns per episode",
+        "training": "Curves over training steps",
+    }
+    figures = "\n".join(
+        f'<figure><img src="{html.escape(path.name)}" alt="{html.escape(captions[name])}">'
+        f"<figcaption>{html.escape(captions[name])}</figcaption></figure>"
+        for name, path in plots.items()
+    )
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>envsdk report — {html.escape(source.name)}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; color: #1d2330; margin: 24px auto; max-width: 1100px; padding: 0 16px; }}
+table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; }}
+td, th {{ padding: 3px 14px 3px 0; border-bottom: 1px solid #e4e7ec; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+figure {{ margin: 24px 0; }} img {{ max-width: 100%; border: 1px solid #e4e7ec; }}
+figcaption {{ color: #667085; }}
+</style>
+</head>
+<body>
+<h1>envsdk report</h1>
+<p><code>{html.escape(str(source))}</code></p>
+<p>episodes <b>{len(episodes)}</b> · success rate <b>{successes / len(episodes):.1%}</b> ({successes}/{len(episodes)})
+ · statuses {html.escape(statuses)}</p>
+<table>
+<thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th></tr></thead>
+<tbody>
+{table}
+</tbody>
+</table>
+{figures}
+</body>
+</html>
+"""
+
+
+def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
+    """Write the plots and ``report.html`` for the trajectories in `path` into `out_dir`
+    (default: ``<stem>_report/`` beside `path`; created if needed). Raises `ReportError` for
+    unreadable input (see `load_episodes`)."""
+    source = Path(path)
+    episodes = load_episodes(source)
+    folder = Path(out_dir) if out_dir is not None else source.with_name(f"{source.stem}_report")
+    folder.mkdir(parents=True, exist_ok=True)
+    names = _component_names(episodes)
+    plots = {"total_reward": folder / "total_reward.png"}
+    _plot_total(episodes, plots["total_reward"])
+    if names:
+        plots["components"] = folder / "components.png"
+        _plot_components(episodes, names, plots["components"])
+    plots["episodes"] = folder / "episodes.png"
+    _plot_episodes(episodes, plots["episodes"])
+    if any(e.training_step is not None for e in episodes):
+        plots["training"] = folder / "training.png"
+        _plot_training(episodes, names, plots["training"])
+    page = folder / "report.html"
+    page.write_text(_html(source, episodes, names, plots), encoding="utf-8")
+    return Report(html=page, plots=plots)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``report`` command to an argparse subparsers object (``func``: `report_command`)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="plot a completions.jsonl file (PNGs and an HTML page)",
+        description="Plot the trajectories of a completions.jsonl file: reward and component "
+        "distributions, success and turns, and reward curves for training files.",
+    )
+    parser.add_argument("completions", help="JSON-lines file of trajectories (envsdk rollout --out)")
+    parser.add_argument("--out-dir", default=None, help="output folder (default: <stem>_report/ beside the file)")
+    parser.set_defaults(func=report_command)
+    return parser
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Run ``envsdk report``: 0 on success, 2 (with the reason on stderr) on unusable input."""
+    try:
+        import matplotlib  # noqa: F401  (only to fail early with the install hint)
+    except ImportError:
+        print("error: envsdk report needs matplotlib: pip install 'envsdk[report]'", file=sys.stderr)
+        return 2
+    try:
+        report = write_report(args.completions, args.out_dir)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in report.plots.values():
+        print(path)
+    print(report.html)
+    return 0

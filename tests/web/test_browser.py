@@ -1,0 +1,181 @@
+"""The web page in a real headless Chromium against a real Sudoku server: reset with a seed,
+play a correct and a wrong move, read the board, verdict, reward, components and live figures
+off the page. A screenshot goes to ``test-artifacts/web/``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from envsdk.games.sudoku import count_filled, solve
+from envsdk.server import create_app
+from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="headless browser test needs Debian's chromium and chromium-driver "
+    "(apt-get install -y chromium chromium-driver)",
+)
+
+# The closed network makes Chromium hang on its background connections without these.
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1150",
+)
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    assert CHROMIUM is not None and CHROMEDRIVER is not None
+    with tempfile.TemporaryDirectory(prefix="envsdk-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for flag in CHROMIUM_FLAGS:
+            options.add_argument(flag)
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+        try:
+            driver.set_page_load_timeout(20)
+            driver.set_script_timeout(20)
+            yield driver
+        finally:
+            driver.quit()
+
+
+def _text(driver: WebDriver, element_id: str) -> str:
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+def _cell(driver: WebDriver, row: int, col: int) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, f'#board td[data-row="{row}"][data-col="{col}"]').text)
+
+
+def _page_board(driver: WebDriver) -> list[list[int]]:
+    return [[int(_cell(driver, r, c) or 0) for c in range(1, 10)] for r in range(1, 10)]
+
+
+def _component(driver: WebDriver, name: str) -> str:
+    row = driver.find_element(By.CSS_SELECTOR, f'#components tr[data-component="{name}"]')
+    return str(row.find_elements(By.TAG_NAME, "td")[1].text)
+
+
+def _idle(driver: WebDriver) -> bool:
+    return bool(driver.execute_script("return document.body.dataset.busy === '0'"))
+
+
+@pytest.mark.timeout(120)
+def test_page_plays_a_sudoku_move_and_shows_board_verdict_and_reward(sudoku_url: str, browser: WebDriver) -> None:
+    seed = 7
+    # The same seed gives the same board (the server's contract); read it without the page.
+    board = httpx.post(f"{sudoku_url}/reset", json={"seed": seed}, timeout=30).json()["observation"]["board"]
+    solution = solve(board)
+    assert solution is not None
+    empty = [(r, c) for r in range(9) for c in range(9) if board[r][c] == 0]
+    (r1, c1), (r2, c2) = empty[0], empty[1]
+    wait = WebDriverWait(browser, 20)
+
+    browser.get(f"{sudoku_url}/web")
+    wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+    assert _text(browser, "env-name") == "SudokuEnvironment"
+
+    browser.find_element(By.ID, "seed").send_keys(str(seed))
+    browser.find_element(By.ID, "reset-btn").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#board td")) == 81 and _idle(d))
+    assert _page_board(browser) == board
+    assert "GUARANTEED MOVES" in _text(browser, "hints")
+    assert "Current Sudoku board" in _text(browser, "model-view")
+
+    # A correct move: the cell shows the digit, the verdict is valid, components as scheduled.
+    digit = solution[r1][c1]
+    action = browser.find_element(By.ID, "action-text")
+    action.send_keys(f"[{r1 + 1} {c1 + 1} {digit}]")
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda d: _cell(d, r1 + 1, c1 + 1) == str(digit) and _idle(d) and _text(d, "verdict") != "–")
+    assert _text(browser, "verdict").startswith(f"valid [{r1 + 1} {c1 + 1} {digit}]")
+    assert _text(browser, "reward") == "0"
+    assert _text(browser, "done") == "false"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#components tr")) >= 5)
+    progress = 1 / (81 - count_filled(board))
+    assert _component(browser, "empty_cell") == "1"
+    assert _component(browser, "valid_move") == "1"
+    assert _component(browser, "repetition") == "0"
+    assert _component(browser, "progress") == f"{progress:.3f}"
+    assert _component(browser, "correct") == "0"
+    assert _component(browser, "total_reward") == f"{2 + progress:.3f}"
+    assert f"MOVES ALREADY TRIED (do not repeat): [{r1 + 1} {c1 + 1} {digit}]" in _text(browser, "hints")
+
+    # A wrong digit: refused, the cell stays empty, the verdict carries the game's reason.
+    wrong = next(d for d in range(1, 10) if d != solution[r2][c2])
+    action.clear()
+    action.send_keys(f"[{r2 + 1} {c2 + 1} {wrong}]")
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda d: _text(d, "verdict").startswith("invalid") and _idle(d))
+    assert _cell(browser, r2 + 1, c2 + 1) == ""
+    assert "violates Sudoku rules" in _text(browser, "verdict")
+    assert _component(browser, "valid_move") == f"{(1 - 0.5) / 2:.3f}"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#history li")) == 3
+
+    # Live figures from /health and /metrics: this page's session is open, two steps were played.
+    wait.until(lambda d: _text(d, "stat-active") == "1" and int(_text(d, "stat-steps") or 0) >= 2)
+    assert _text(browser, "stat-connection") == "open"
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "sudoku_page.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.timeout(90)
+def test_page_shows_the_servers_typed_error_for_a_bad_reset(sudoku_url: str, browser: WebDriver) -> None:
+    browser.get(f"{sudoku_url}/web")
+    wait = WebDriverWait(browser, 20)
+    wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+    kwargs = browser.find_element(By.ID, "kwargs")
+    kwargs.clear()
+    kwargs.send_keys('{"observation_form": "sideways"}')
+    browser.find_element(By.ID, "reset-btn").click()
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed() and _idle(d))
+    assert "observation_form" in _text(browser, "error")
+    assert browser.find_element(By.ID, "step-btn").get_attribute("disabled") is not None
+
+
+@pytest.mark.timeout(90)
+def test_page_drives_a_generic_env_behind_a_token(browser: WebDriver) -> None:
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation, token="s3cret")
+    with running_server(app) as url:
+        assert httpx.get(f"{url}/web").status_code == 401
+        browser.get(f"{url}/web?token=s3cret")
+        wait = WebDriverWait(browser, 20)
+        wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+        browser.find_element(By.ID, "reset-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "done") == "false")
+        browser.find_element(By.ID, "action-text").send_keys("hello")
+        browser.find_element(By.ID, "step-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "reward") == "0.500")
+        assert not browser.find_element(By.ID, "board-block").is_displayed()
+        # Not Sudoku: the model reads the observation as JSON (OpenEnvScheduler's default).
+        seen = json.loads(browser.find_element(By.ID, "model-view").get_attribute("textContent") or "{}")
+        assert seen["echoed_message"] == "hello" and seen["message_length"] == 5
+        wait.until(lambda d: _text(d, "stat-steps") == "1")
