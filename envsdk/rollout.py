@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 SUDOKU = "sudoku"
+# One server's base URL, or several (a pool; a string may also name a pool or a replicas file).
+BaseUrls = str | list[str]
 _POLICIES = ("oracle", "random", "openai", "transformers")
 
 
@@ -149,7 +151,7 @@ class RolloutReport:
 def make_scheduler(
     env: str,
     *,
-    base_url: str | None = None,
+    base_url: BaseUrls | None = None,
     max_turns: int | None = None,
     concurrency: int = 8,
     max_completion_chars: int | None = None,
@@ -172,7 +174,7 @@ def make_scheduler(
     return GYMScheduler(env, max_completion_chars=max_completion_chars, **turns)
 
 
-def make_requests(env: str, episodes: int, seed: int, base_url: str | None = None) -> list[RolloutRequest]:
+def make_requests(env: str, episodes: int, seed: int, base_url: BaseUrls | None = None) -> list[RolloutRequest]:
     """One row per episode, seeds ``seed .. seed + episodes - 1``."""
     rows = []
     for i in range(episodes):
@@ -184,7 +186,7 @@ def make_requests(env: str, episodes: int, seed: int, base_url: str | None = Non
 
 
 @contextlib.contextmanager
-def _embedded_server(env: str, base_url: str | None, concurrency: int) -> Iterator[str | None]:
+def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> Iterator[BaseUrls | None]:
     """The base URL to use: the given one, a Sudoku server started here, or None (local env)."""
     if base_url is not None or env != SUDOKU:
         yield base_url
@@ -204,7 +206,7 @@ async def run_rollouts(
     seed: int = 0,
     concurrency: int = 8,
     max_turns: int | None = None,
-    base_url: str | None = None,
+    base_url: BaseUrls | None = None,
     out: str | Path | None = None,
     progress: bool = True,
     scheduler: MultiTurnScheduler | None = None,
@@ -254,7 +256,11 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Run N episodes (seeds S..S+N-1), write completions.jsonl, print a summary.",
     )
     parser.add_argument("--env", required=True, help="sudoku, frozen_lake, or a plugin's env name")
-    parser.add_argument("--base-url", default=None, help="server URL; without it the env is started here")
+    parser.add_argument(
+        "--base-url", nargs="+", default=None,
+        help="server URL, or several (a pool: each episode goes to the least-loaded one), or a pool "
+        "name or a --replicas-file; without it the env is started here",
+    )
     parser.add_argument(
         "--policy",
         default="oracle",
@@ -309,7 +315,7 @@ def rollout_command(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 concurrency=args.concurrency,
                 max_turns=args.max_turns,
-                base_url=args.base_url,
+                base_url=args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url,
                 out=args.out,
                 progress=not args.no_progress,
             )

@@ -1,10 +1,12 @@
 """The client side: an async `EnvClient`, a blocking `OpenEnvWrapper`, and the transports
-that carry frames (a real WebSocket, or an in-process ASGI app with no socket)."""
+that carry frames (a real WebSocket, or an in-process ASGI app with no socket), and `EnvPool`,
+which places episodes on many servers."""
 
 from __future__ import annotations
 
 from envsdk.client.client import EnvClient, ServerKind, error_from_frame, websocket_url
 from envsdk.client.config import Keepalive, Retry, Timeouts
+from envsdk.client.pool import EnvPool, NoServerAvailableError, PooledEnvClient, PoolSettings, pools
 from envsdk.client.sync import OpenEnvWrapper
 from envsdk.client.transports import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -19,6 +21,11 @@ from envsdk.client.transports import (
 __all__ = [
     "EnvClient",
     "OpenEnvWrapper",
+    "EnvPool",
+    "PoolSettings",
+    "PooledEnvClient",
+    "NoServerAvailableError",
+    "pools",
     "ServerKind",
     "Timeouts",
     "Keepalive",

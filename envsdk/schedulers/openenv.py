@@ -6,6 +6,10 @@ already has one. Compared with ms-swift: one concurrency semaphore per scheduler
 batch), the async client (no blocking calls on the event loop; the blocking `OpenEnvWrapper`
 runs in a worker thread when asked for), every session closed on every end, and a lost
 session ends its trajectory with an error instead of continuing in a new episode.
+
+``base_url`` (the scheduler's or a row's) may also name several servers — a list of base URLs,
+a registered pool name or a replicas file (`envsdk.client.pool.PoolSpec`), or an `EnvPool`:
+each episode then goes to the least-loaded server of that pool and stays there.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from envsdk.adapters import observation_json, parse_action_text
 from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 from envsdk.types import StepResult
+
+if TYPE_CHECKING:
+    from envsdk.client.pool import PoolSpec
 
 __all__ = ["OpenEnvScheduler", "EnvSession", "DEFAULT_BASE_URL"]
 
@@ -95,7 +102,9 @@ class OpenEnvScheduler(MultiTurnScheduler):
     ``max_concurrent_envs`` bounds how many resets and steps are in flight at once across
     every batch this scheduler runs. ``client_factory(base_url)`` makes one session client
     per trajectory (default: `envsdk.client.EnvClient`; ``use_threads=True``: the blocking
-    `OpenEnvWrapper` called through `asyncio.to_thread`).
+    `OpenEnvWrapper` called through `asyncio.to_thread`). A pool spec as base URL (see the
+    module docstring) takes its clients from the process-wide `shared_pool` of that spec
+    instead: ``client_factory`` and ``use_threads`` apply to single base URLs.
 
     Override `parse_action` and `format_observation` to adapt it to an environment.
     """
@@ -103,7 +112,7 @@ class OpenEnvScheduler(MultiTurnScheduler):
     def __init__(
         self,
         *,
-        base_url: str | None = None,
+        base_url: PoolSpec | None = None,
         reset_kwargs: dict[str, Any] | None = None,
         system_message: str | None = None,
         max_concurrent_envs: int = 4,
@@ -181,7 +190,16 @@ class OpenEnvScheduler(MultiTurnScheduler):
 
     async def open_session(self, trajectory: Trajectory) -> RemoteEpisode:
         """Connect a new session for the trajectory (under the semaphore); reset not yet sent."""
-        base_url = trajectory.env_config.get("base_url") or self.base_url or DEFAULT_BASE_URL
+        from envsdk.client.pool import is_pool_spec, shared_pool
+
+        spec = trajectory.env_config.get("base_url") or self.base_url or DEFAULT_BASE_URL
+        if is_pool_spec(spec):
+            async with self.semaphore:
+                pooled = await shared_pool(spec).acquire()
+            episode = RemoteEpisode(session=pooled, base_url=pooled.base_url, observation={})
+            trajectory.runtime = episode
+            return episode
+        base_url = str(spec)
         session = self.client_factory(base_url)
         episode = RemoteEpisode(session=session, base_url=base_url, observation={})
         trajectory.runtime = episode

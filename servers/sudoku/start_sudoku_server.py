@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -72,17 +73,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=env.get("LOG_LEVEL", "info"),
         help="env var LOG_LEVEL (default info): uvicorn's log level.",
     )
+    parser.add_argument(
+        "--replicas", type=_positive_int, default=1,
+        help="run N server processes on ports --port .. --port+N-1, restarted when they die; "
+        "prints their base URLs (default 1: this process serves)",
+    )
+    parser.add_argument(
+        "--replicas-file", default=None,
+        help="write the replicas' base URLs to this JSON file, where an EnvPool reads them",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, then serve until interrupted."""
     args = build_parser().parse_args(argv)
+    if args.replicas > 1 or args.replicas_file:
+        return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
     # Imported late so that --help and a bad env id answer without loading the server.
     from envsdk.server import serve
     from servers.sudoku.app import create_sudoku_app
     from servers.sudoku.environment import BoardPool
 
+    # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
+    # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     pool = BoardPool(workers=args.board_workers)
     app = create_sudoku_app(
         args.env_id, board_pool=pool, max_concurrent_envs=args.max_concurrent_envs
@@ -92,6 +107,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         pool.shutdown()
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
+    from envsdk.server.replicas import serve_replicas, without_options
+
+    # Every other flag goes to the replicas unchanged; each gets its own port.
+    forwarded = without_options(argv)
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "servers.sudoku", *forwarded, "--host", args.host, "--port", str(port)]
+
+    return serve_replicas(
+        command, args.replicas, host=args.host, first_port=args.port, replicas_file=args.replicas_file
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,387 @@
+"""Several server processes on one machine: ``envsdk serve … --replicas N`` and
+``python -m servers.sudoku --replicas N``.
+
+`ReplicaSet` starts N server processes on N ports (consecutive from a first port, or free ones),
+waits until each answers ``GET /health``, writes their base URLs where an `EnvPool` reads them
+(``--replicas-file``: JSON ``{"base_urls": [...], "replicas": [{index, base_url, pid,
+restarts}], "supervisor_pid": …}``), and restarts a replica whose process exits, on the same
+port, at most ``max_restarts`` times each. `serve_replicas` runs one until SIGINT or SIGTERM,
+then stops every replica (SIGTERM, then SIGKILL after a grace period) and removes the file.
+
+One server process holds thousands of sessions; replicas are for environments whose steps need
+CPU (one core per replica) and for fault isolation. Past one machine, use `envsdk.ray`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+
+__all__ = [
+    "ReplicaSet",
+    "Replica",
+    "ReplicaStartError",
+    "serve_replicas",
+    "replica_ports",
+    "without_options",
+    "ReplicaCommand",
+    "REPLICA_OPTIONS",
+]
+
+logger = logging.getLogger("envsdk.server.replicas")
+
+#: The command line of replica ``index`` listening on ``port`` (``sys.executable -m …``).
+ReplicaCommand = Callable[[int], Sequence[str]]
+
+
+#: The options a supervisor consumes (or sets per replica) and does not pass on to its replicas.
+REPLICA_OPTIONS = ("--replicas", "--replicas-file", "--host", "--port")
+
+
+def without_options(argv: Sequence[str], options: Sequence[str] = REPLICA_OPTIONS) -> list[str]:
+    """`argv` without each of `options` and its value (``--opt value`` or ``--opt=value``):
+    a supervisor's command line turned into its replicas' (which get their own host and port)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in options:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+class ReplicaStartError(RuntimeError):
+    """A replica did not answer ``/health`` in time, or its process exited while starting."""
+
+
+@dataclass
+class Replica:
+    """One server process of a `ReplicaSet`; ``restarts`` counts the restarts done so far."""
+
+    index: int
+    port: int
+    base_url: str
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    failed: bool = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def replica_ports(n: int, *, host: str = "127.0.0.1", first_port: int | None = None) -> list[int]:
+    """``n`` ports: ``first_port … first_port + n - 1`` (each must be free), or ``n`` distinct
+    free ports chosen by the OS when ``first_port`` is None."""
+    if n < 1:
+        raise ValueError(f"replicas must be >= 1, got {n}")
+    bind_host = "0.0.0.0" if host in ("0.0.0.0", "::", "") else "127.0.0.1"
+    if first_port is not None:
+        ports = list(range(first_port, first_port + n))
+        taken = [p for p in ports if not _port_is_free(bind_host, p)]
+        if taken:
+            raise ReplicaStartError(
+                f"ports {taken} are in use; pick another --port (replicas use {first_port}..{first_port + n - 1})"
+            )
+        return ports
+    socks = []
+    try:
+        for _ in range(n):  # held open together so the OS gives n distinct ports
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((bind_host, 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _public_host(host: str) -> str:
+    """The host name clients use for a server bound to `host` (all interfaces: this machine's
+    fully qualified name)."""
+    if host in ("0.0.0.0", "::", ""):
+        return socket.getfqdn()
+    return host
+
+
+def _kill_leftovers(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL what is left of an exited replica's process group: the worker processes of a
+    replica that crashed (or was killed) would otherwise outlive it as orphans."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _health_ok(port: int, timeout: float) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
+class ReplicaSet:
+    """N server processes made by ``command(port)``, watched and restarted; see the module
+    docstring.
+
+    Use as a context manager (`start` on enter, `stop` on exit) or call them yourself. The
+    monitor thread checks every ``monitor_interval_s``; a replica that exits is restarted on its
+    port after ``restart_delay_s``; after ``max_restarts`` restarts it is given up (logged, and
+    dropped from ``base_urls`` and the replicas file). ``env`` is added to the replicas'
+    environment.
+    """
+
+    def __init__(
+        self,
+        command: ReplicaCommand,
+        n: int,
+        *,
+        host: str = "127.0.0.1",
+        first_port: int | None = None,
+        replicas_file: str | Path | None = None,
+        max_restarts: int = 5,
+        startup_timeout_s: float = 60.0,
+        monitor_interval_s: float = 0.5,
+        restart_delay_s: float = 0.5,
+        stop_timeout_s: float = 10.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+        self.command = command
+        self.host = host
+        self.replicas_file = Path(replicas_file) if replicas_file is not None else None
+        self.max_restarts = max_restarts
+        self.startup_timeout_s = startup_timeout_s
+        self.monitor_interval_s = monitor_interval_s
+        self.restart_delay_s = restart_delay_s
+        self.stop_timeout_s = stop_timeout_s
+        self.env = {**os.environ, **(env or {})}
+        public = _public_host(host)
+        self.replicas = [
+            Replica(index=i, port=p, base_url=f"http://{public}:{p}")
+            for i, p in enumerate(replica_ports(n, host=host, first_port=first_port))
+        ]
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # ------------------------------------------------------------ views
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The base URLs of the replicas not given up."""
+        return [r.base_url for r in self.replicas if not r.failed]
+
+    def describe(self) -> dict[str, object]:
+        """What the replicas file holds."""
+        return {
+            "base_urls": self.base_urls,
+            "replicas": [
+                {"index": r.index, "base_url": r.base_url, "pid": r.pid, "restarts": r.restarts}
+                for r in self.replicas
+                if not r.failed
+            ],
+            "supervisor_pid": os.getpid(),
+        }
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> ReplicaSet:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> list[str]:
+        """Start every replica, wait until all answer ``/health``, write the replicas file and
+        start the monitor. Returns the base URLs. On a failed start every replica is stopped
+        and `ReplicaStartError` raised."""
+        try:
+            for replica in self.replicas:
+                self._spawn(replica)
+            deadline = time.monotonic() + self.startup_timeout_s
+            for replica in self.replicas:
+                self._wait_healthy(replica, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        self._write_file()
+        self._monitor = threading.Thread(target=self._watch, name="envsdk-replicas", daemon=True)
+        self._monitor.start()
+        return self.base_urls
+
+    def stop(self) -> None:
+        """Stop the monitor and every replica (SIGTERM, SIGKILL after ``stop_timeout_s``);
+        remove the replicas file. Idempotent."""
+        self._stopping.set()
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=self.monitor_interval_s + self.startup_timeout_s)
+        with self._lock:
+            processes = [r.process for r in self.replicas if r.process is not None]
+            for proc in processes:
+                if proc.poll() is None:
+                    proc.terminate()
+            deadline = time.monotonic() + self.stop_timeout_s
+            for proc in processes:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+                _kill_leftovers(proc)
+        if self.replicas_file is not None:
+            self.replicas_file.unlink(missing_ok=True)
+
+    def check(self) -> list[int]:
+        """One monitor round: restart replicas whose process exited (within their restart
+        budget). Returns the indices restarted."""
+        restarted = []
+        for replica in self.replicas:
+            if self._stopping.is_set():
+                break
+            proc = replica.process
+            if replica.failed or proc is None or proc.poll() is None:
+                continue
+            with self._lock:
+                if self._stopping.is_set():
+                    break
+                _kill_leftovers(proc)
+                if replica.restarts >= self.max_restarts:
+                    replica.failed = True
+                    logger.error(
+                        "replica %d (%s) exited with %s and used its %d restarts; giving up on it",
+                        replica.index, replica.base_url, proc.returncode, self.max_restarts,
+                    )
+                    self._write_file()
+                    continue
+                replica.restarts += 1
+                logger.warning(
+                    "replica %d (%s) exited with %s; restart %d of %d",
+                    replica.index, replica.base_url, proc.returncode, replica.restarts, self.max_restarts,
+                )
+                time.sleep(self.restart_delay_s)
+                self._spawn(replica)
+            try:
+                self._wait_healthy(replica, time.monotonic() + self.startup_timeout_s)
+            except ReplicaStartError as exc:
+                logger.warning("%s", exc)  # the next round sees it exited (or kills a hung one)
+                if replica.process is not None and replica.process.poll() is None:
+                    replica.process.kill()
+                    replica.process.wait(timeout=5)
+                continue
+            with self._lock:
+                self._write_file()
+            restarted.append(replica.index)
+        return restarted
+
+    # ------------------------------------------------------------ internals
+
+    def _spawn(self, replica: Replica) -> None:
+        argv = list(self.command(replica.port))
+        # A session (and process group) of its own: a Ctrl-C in the terminal reaches the
+        # supervisor only, which then stops the replicas itself (instead of racing its monitor
+        # restarting them), and the group lets it kill what a dead replica left behind.
+        replica.process = subprocess.Popen(argv, env=self.env, start_new_session=True)
+
+    def _wait_healthy(self, replica: Replica, deadline: float) -> None:
+        proc = replica.process
+        assert proc is not None
+        while not _health_ok(replica.port, timeout=1.0):
+            if proc.poll() is not None:
+                raise ReplicaStartError(
+                    f"replica {replica.index} on port {replica.port} exited with {proc.returncode} while starting"
+                )
+            if time.monotonic() > deadline or self._stopping.is_set():
+                raise ReplicaStartError(
+                    f"replica {replica.index} on port {replica.port} did not answer /health "
+                    f"within {self.startup_timeout_s} s"
+                )
+            time.sleep(0.1)
+
+    def _write_file(self) -> None:
+        if self.replicas_file is None:
+            return
+        # Written whole then renamed: a pool reading it never sees half a file.
+        tmp = self.replicas_file.with_name(self.replicas_file.name + ".tmp")
+        tmp.write_text(json.dumps(self.describe(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.replicas_file)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(self.monitor_interval_s):
+            self.check()
+
+
+def serve_replicas(
+    command: ReplicaCommand,
+    n: int,
+    *,
+    host: str = "127.0.0.1",
+    first_port: int | None = None,
+    replicas_file: str | Path | None = None,
+    max_restarts: int = 5,
+) -> int:
+    """Run N replicas until SIGINT/SIGTERM (the CLIs' ``--replicas N``); print their base URLs
+    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 0
+    after a signal, 1 when every replica was given up, 2 when they could not be started."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            replicas = ReplicaSet(
+                command, n, host=host, first_port=first_port, replicas_file=replicas_file, max_restarts=max_restarts
+            )
+            urls = replicas.start()
+        except (ReplicaStartError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            for url in urls:
+                print(url)
+            print(json.dumps({"base_urls": urls}), flush=True)
+            if replicas_file is not None:
+                print(f"replica URLs written to {replicas_file}", file=sys.stderr, flush=True)
+            while not stop.wait(1.0):
+                if not replicas.base_urls:
+                    print("error: every replica failed past its restarts", file=sys.stderr)
+                    return 1
+            return 0
+        finally:
+            replicas.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

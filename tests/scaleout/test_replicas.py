@@ -1,0 +1,116 @@
+"""``envsdk serve … --replicas N``: N real server processes, a replicas file a pool reads,
+restart of a replica that dies, and a clean stop of them all on SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envsdk.client import EnvPool
+from envsdk.server.replicas import without_options
+
+from .test_pool import active_sessions
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False
+    return True
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    urls_file = tmp_path / "urls.json"
+    log = (tmp_path / "supervisor.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment",
+            "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning",
+            "--max-concurrent-envs", "4",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    pids: set[int] = set()
+    try:
+        _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
+        assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+        pids.update(r["pid"] for r in _read(urls_file)["replicas"])
+        yield proc, urls_file
+        if urls_file.exists():
+            pids.update(r["pid"] for r in _read(urls_file)["replicas"])
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        for pid in pids:  # a failed test must not leave servers behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+def test_without_options_drops_the_supervisors_own_flags_in_both_spellings():
+    argv = ["serve", "m:E", "--replicas", "3", "--port=9000", "--log-level", "warning", "--replicas-file=f", "--host", "h"]
+    assert without_options(argv) == ["serve", "m:E", "--log-level", "warning"]
+
+
+@pytest.mark.timeout(120)
+async def test_replicas_serve_a_pool_restart_a_dead_replica_and_all_stop_on_sigterm(supervisor):
+    proc, urls_file = supervisor
+    first = _read(urls_file)
+    urls = first["base_urls"]
+    assert len(urls) == 2 and len(set(urls)) == 2
+    pool = EnvPool(str(urls_file))
+    clients = [await pool.acquire() for _ in range(2)]
+    try:
+        assert {c.base_url for c in clients} == set(urls)
+        for c in clients:
+            await c.reset()
+            result = await c.step({"message": c.base_url})
+            assert result.observation["echoed_message"] == c.base_url
+        # The supervisor's other flags reached every replica: each holds 4 sessions at most.
+        assert [s.max_sessions for s in pool.servers()] == [4, 4]
+    finally:
+        for c in clients:
+            await c.close()
+
+    victim = first["replicas"][0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    _wait_for(lambda: _read(urls_file)["replicas"][0]["restarts"] == 1, 60, "the replica's restart")
+    restarted = _read(urls_file)["replicas"][0]
+    assert restarted["base_url"] == victim["base_url"] and restarted["pid"] != victim["pid"]
+    assert active_sessions(victim["base_url"]) == 0  # a fresh process answers on the same port
+
+    pids = [r["pid"] for r in _read(urls_file)["replicas"]]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert not urls_file.exists()  # no pool reads stale URLs after a stop
+    _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
