@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -56,6 +57,13 @@ def _step_types(env_class: type) -> tuple[Any, Any]:
 def _build_app(args: argparse.Namespace) -> Any:
     from envsdk.server import create_app
 
+    if args.no_web:
+        # Through the environment, so that an app built at import time (a `module:app` target)
+        # is built without the page too.
+        os.environ["ENVSDK_WEB"] = "0"
+    if args.token:
+        # Same route as --no-web: a `module:app` target built at import time reads it too.
+        os.environ["ENVSDK_TOKEN"] = args.token
     target = import_target(args.target)
     if not callable(target):
         raise SystemExit(f"error: {args.target!r} is neither an app nor an environment factory")
@@ -94,6 +102,8 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
 def _run_serve(args: argparse.Namespace) -> int:
     from envsdk.server import serve
 
+    if args.replicas > 1 or args.replicas_file:
+        return _run_replicas(args)
     serve(_build_app(args), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -110,7 +120,39 @@ def _add_serve(subparsers: Any) -> None:
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    parser.add_argument(
+        "--no-web", action="store_true",
+        help="do not serve the web page at /web (same as ENVSDK_WEB=0)",
+    )
+    parser.add_argument(
+        "--token", default=None,
+        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
+        "prefer the variable: a command line is visible to other users in `ps`)",
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=1,
+        help="run N server processes on N ports (consecutive from --port, else free ones), "
+        "restarted when they die; prints their base URLs (default: 1, no supervisor)",
+    )
+    parser.add_argument(
+        "--replicas-file", default=None,
+        help="write the replicas' base URLs to this JSON file, where an EnvPool reads them",
+    )
     parser.set_defaults(func=_run_serve)
+
+
+def _run_replicas(args: argparse.Namespace) -> int:
+    from envsdk.server.replicas import serve_replicas, without_options
+
+    host = args.host or os.environ.get("HOST") or "127.0.0.1"
+    port = args.port if args.port is not None else int(os.environ.get("PORT") or 0) or None
+    # Every other flag (present or future) goes to the replicas unchanged.
+    forwarded = without_options(args.command_line)
+
+    def command(replica_port: int) -> list[str]:
+        return [sys.executable, "-m", "envsdk.cli", *forwarded, "--host", host, "--port", str(replica_port)]
+
+    return serve_replicas(command, args.replicas, host=host, first_port=port, replicas_file=args.replicas_file)
 
 
 def _add_check_env(subparsers: Any) -> None:
@@ -125,10 +167,17 @@ def _add_rollout(subparsers: Any) -> None:
     add_rollout_parser(subparsers)
 
 
+def _add_report(subparsers: Any) -> None:
+    from envsdk.report import add_report_parser
+
+    add_report_parser(subparsers)
+
+
 COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
     ("serve", _add_serve),
     ("check-env", _add_check_env),
     ("rollout", _add_rollout),
+    ("report", _add_report),
 ]
 
 
@@ -139,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _name, add_parser in COMMANDS:
         add_parser(subparsers)
     args = parser.parse_args(argv)
+    args.command_line = list(argv) if argv is not None else sys.argv[1:]
     return int(args.func(args))
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -40,9 +42,11 @@ from envsdk.errors import (
     NotResetError,
     ProtocolError,
     ServerError,
+    ServerShutdownError,
     SessionLostError,
 )
 from envsdk.protocol import (
+    SHUTDOWN_CLOSE_REASON,
     WS_PATH,
     CloseCode,
     CloseRequest,
@@ -89,12 +93,36 @@ _FINAL_CLOSE_CODES = frozenset(
 )
 
 
+_TOKEN_ENV = "ENVSDK_TOKEN"
+
+
+def _is_shutdown_close(code: int | None, reason: str) -> bool:
+    """Whether a close is an envsdk server's shutdown drain. (uvicorn's own 1012 on exit is
+    not: a resume is tried, and a restarted server refuses it with RESUME_FAILED.)"""
+    return code == CloseCode.GOING_AWAY.value and reason == SHUTDOWN_CLOSE_REASON
+
+
+async def _recv_within(conn: Connection, timeout: float | None) -> str:
+    """``conn.recv()``, raising `asyncio.TimeoutError` after `timeout` seconds (None: no limit).
+
+    ``asyncio.timeout`` (Python 3.11+) bounds the receive in place; ``wait_for`` wraps it in
+    a new task per frame, a fifth of the client's own time per request."""
+    if timeout is None:
+        return await conn.recv()
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(timeout):
+            return await conn.recv()
+    return await asyncio.wait_for(conn.recv(), timeout)
+
+
 def error_from_frame(data: ErrorData) -> EnvSDKError:
     """The typed exception for an error frame, keeping its code, message and every detail.
 
-    ``RESUME_FAILED`` becomes `SessionLostError`; codes without a class of their own become
-    `ServerError`.
+    ``RESUME_FAILED`` becomes `SessionLostError`, ``SHUTTING_DOWN`` `ServerShutdownError`;
+    codes without a class of their own become `ServerError`.
     """
+    if data.code == ErrorCode.SHUTTING_DOWN.value:
+        return ServerShutdownError(data.message, code=data.code, details=data.details)
     if data.code == ErrorCode.RESUME_FAILED.value:
         return SessionLostError(
             f"The server refused to resume the session: {data.message}",
@@ -146,7 +174,13 @@ class EnvClient:
     ``observation_type.model_validate(body | {"reward": r, "done": d})`` instead of the dict
     body. ``resume=False`` turns resume off: any dropped connection loses the session.
     ``transport`` defaults to `WebSocketTransport()`; a transport passed in is not closed by
-    the client (its owner closes it). ``headers`` go with every connection (e.g. auth).
+    the client (its owner closes it). ``headers`` go with every connection. ``token`` is
+    sent as ``Authorization: Bearer <token>`` (default: the ``ENVSDK_TOKEN`` environment
+    variable, unless ``headers`` already carry an Authorization); a server that refuses it
+    makes ``connect`` raise `AuthenticationError`.
+
+    A server that shuts down under the session (SIGTERM) makes the pending or next call raise
+    `ServerShutdownError` (a `SessionLostError`), not a generic connection error.
 
     Calls are serialised (one request in flight per client). The client connects on
     ``connect()`` or lazily on its first call; it cannot be reconnected after ``close()`` or
@@ -165,6 +199,7 @@ class EnvClient:
         resume: bool = True,
         transport: Transport | None = None,
         headers: Mapping[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url
         self.url = websocket_url(base_url)
@@ -176,6 +211,12 @@ class EnvClient:
         self.resume = resume
         self.transport: Transport = transport if transport is not None else WebSocketTransport()
         self.headers: dict[str, str] = dict(headers or {})
+        has_auth = any(k.lower() == "authorization" for k in self.headers)
+        if token is None and not has_auth:
+            token = os.environ.get(_TOKEN_ENV) or None
+        if token is not None:
+            self.headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
+            self.headers["Authorization"] = f"Bearer {token}"
         self._settings = ConnectionSettings(timeouts=timeouts, keepalive=keepalive)
         self._lock = asyncio.Lock()
         self._conn: Connection | None = None
@@ -274,7 +315,7 @@ class EnvClient:
 
     def _check_usable(self) -> None:
         if self._lost is not None:
-            raise SessionLostError(
+            raise type(self._lost)(
                 f"This client's session was lost earlier ({self._lost.message}); "
                 "create a new client to start a new session",
                 session_id=self._lost.session_id,
@@ -326,6 +367,11 @@ class EnvClient:
                     await conn.send(raw)
                     reply = await self._read_reply(conn, request_id, self.timeouts.request)
                 except TransportClosed as exc:
+                    if _is_shutdown_close(exc.code, exc.reason):
+                        raise await self._lose(
+                            f"the server shut down during {what} (close {exc.code}: {exc.reason or 'no reason'})",
+                            cls=ServerShutdownError,
+                        ) from None
                     reason = f"the connection dropped during {what} ({exc})"
                     close_code = exc.code
                 except asyncio.TimeoutError:
@@ -337,7 +383,13 @@ class EnvClient:
                     raise
                 else:
                     if isinstance(reply, ErrorReply):
-                        raise error_from_frame(reply.data)
+                        error = error_from_frame(reply.data)
+                        if isinstance(error, SessionLostError):
+                            raise await self._lose(
+                                f"{error.message} (during {what})", cls=type(error), code=error.code,
+                                details=error.details,
+                            )
+                        raise error
                     return reply
                 attempts_left = await self._recover(reason, close_code, attempts_left)
 
@@ -350,7 +402,7 @@ class EnvClient:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise asyncio.TimeoutError
-            raw = await asyncio.wait_for(conn.recv(), remaining)
+            raw = await _recv_within(conn, remaining)
             try:
                 reply: _Reply = decode_reply(raw)
             except ValueError as exc:
@@ -469,7 +521,9 @@ class EnvClient:
                     last_error = str(error)
                     continue
                 if isinstance(error, SessionLostError):
-                    raise await self._lose(f"{reason}; {error.message}", code=error.code, details=error.details)
+                    raise await self._lose(
+                        f"{reason}; {error.message}", cls=type(error), code=error.code, details=error.details
+                    )
                 raise await self._lose(f"{reason}; resume refused: {error}")
             raise await self._lose(f"{reason}; the resume handshake was answered with {reply!r}")
         raise await self._lose(
@@ -477,11 +531,16 @@ class EnvClient:
         )
 
     def _mark_lost(
-        self, reason: str, *, code: str | None = None, details: dict[str, Any] | None = None
+        self,
+        reason: str,
+        *,
+        cls: type[SessionLostError] = SessionLostError,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
     ) -> SessionLostError:
         """Mark the session lost for good; the connection is closed in the background."""
         sid = self.session_id
-        self._lost = SessionLostError(
+        self._lost = cls(
             f"Session {sid or '(openenv)'} lost: {reason}", session_id=sid, code=code, details=details
         )
         conn, self._conn = self._conn, None
@@ -490,12 +549,17 @@ class EnvClient:
         return self._lost
 
     async def _lose(
-        self, reason: str, *, code: str | None = None, details: dict[str, Any] | None = None
+        self,
+        reason: str,
+        *,
+        cls: type[SessionLostError] = SessionLostError,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
     ) -> SessionLostError:
         """Mark the session lost for good, close the connection, and return the error to raise."""
         conn, self._conn = self._conn, None
         # Marked before awaiting anything: a cancellation must not leave the session usable.
-        error = self._mark_lost(reason, code=code, details=details)
+        error = self._mark_lost(reason, cls=cls, code=code, details=details)
         logger.warning("%s", error)
         if conn is not None:
             await conn.close(CloseCode.GOING_AWAY.value)

@@ -18,6 +18,12 @@ by that layer with close code 1009. Binary frames are answered with INVALID_JSON
 
 HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
 OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+
+Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (optional bearer
+token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
+`envsdk.server.serve` on SIGTERM/SIGINT, before uvicorn closes the sockets) stops taking
+requests, lets those in flight finish for up to ``drain_timeout_s``, sends every connection a
+``SHUTTING_DOWN`` error frame, closes it with 1001 "server shutting down" and closes every env.
 """
 
 from __future__ import annotations
@@ -43,8 +49,10 @@ from envsdk.protocol import (
     ErrorCode,
     FrameError,
     decode_request,
+    encode,
     validation_errors,
 )
+from envsdk.server.auth import AccessControl
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
@@ -120,6 +128,17 @@ def create_app(
     app = FastAPI(title=name, description=spec.description, lifespan=lifespan)
     app.state.envsdk_config = cfg
     app.state.envsdk_sessions = table
+    drain = _Drain(table)
+    app.state.envsdk_drain = drain.run
+    app.add_middleware(
+        AccessControl,
+        token=cfg.token.get_secret_value() if cfg.token else None,
+        allowed_origins=cfg.allowed_origins,
+    )
+    if cfg.web:
+        from envsdk.web import mount_web
+
+        mount_web(app, spec)
 
     @app.websocket(WS_PATH)
     async def ws_endpoint(ws: WebSocket) -> None:
@@ -157,9 +176,11 @@ def create_app(
                 )
                 await _refuse(ws, error_frame(exc.code, exc.message, **exc.details), code)
                 return
+        drain.connections.add(ws)
         try:
-            await _serve_connection(ws, session, table)
+            await _serve_connection(ws, session, table, drain)
         finally:
+            drain.connections.discard(ws)
             table.detach(session, ws)
 
     @app.get("/health")
@@ -216,7 +237,46 @@ def create_app(
     return app
 
 
-async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable) -> None:
+class _Drain:
+    """What graceful shutdown needs to know: the open sockets and how many requests are
+    being answered (from decoding to the reply's send)."""
+
+    def __init__(self, table: SessionTable) -> None:
+        self.table = table
+        self.connections: set[WebSocket] = set()
+        self.busy = 0
+        self.draining = False
+
+    async def run(self) -> None:
+        """Stop taking requests (new ones get SHUTTING_DOWN), wait up to ``drain_timeout_s``
+        for those in flight to be answered, tell every connection SHUTTING_DOWN, then close
+        every session (sockets with 1001, envs closed). Idempotent."""
+        if self.draining:
+            return
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.table.config.drain_timeout_s
+        while self.busy and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if self.busy:
+            logger.warning("shutting down with %d request(s) still running after the drain timeout", self.busy)
+        frame = error_frame(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN)
+        await asyncio.gather(*(_send_quietly(ws, frame) for ws in list(self.connections)))
+        await self.table.close_all()
+
+
+_SHUTTING_DOWN = "The server is shutting down: this session is over; start a new one on a server that is up"
+
+
+async def _send_quietly(ws: WebSocket, frame: str) -> None:
+    try:
+        # Bounded: a client that stopped reading must not hold up the shutdown.
+        await asyncio.wait_for(ws.send_text(frame), 1.0)
+    except Exception:  # the peer is gone or stuck; the close that follows is all it gets
+        pass
+
+
+async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable, drain: _Drain) -> None:
     """Read requests until the socket goes or the client sends ``close``; one reply each."""
     max_bytes = table.config.max_frame_bytes
     errors = table.metrics.errors
@@ -225,26 +285,34 @@ async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable
         message = await receive()
         if message["type"] == "websocket.disconnect":
             return
-        text = message.get("text")
-        if text is None:
-            errors[ErrorCode.INVALID_JSON.value] += 1
-            reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
-        else:
-            try:
-                request = decode_request(text, max_bytes=max_bytes)
-            except FrameError as exc:
-                errors[exc.code.value] += 1
-                reply = error_frame(exc.code, exc.message, **exc.details)
-            else:
-                if request.type == "close":
-                    table.destroy(session)
-                    await _close_quietly(ws, CloseCode.NORMAL)
-                    return
-                reply = await session.handle(request)
+        drain.busy += 1  # until the reply is sent, so a drain lets it reach the client
         try:
-            await send(reply)
-        except Exception:  # any send failure means the peer is gone; the caller detaches
-            return
+            text = message.get("text")
+            if text is None:
+                errors[ErrorCode.INVALID_JSON.value] += 1
+                reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
+            else:
+                try:
+                    request = decode_request(text, max_bytes=max_bytes)
+                except FrameError as exc:
+                    errors[exc.code.value] += 1
+                    reply = error_frame(exc.code, exc.message, **exc.details)
+                else:
+                    if request.type == "close":
+                        table.destroy(session)
+                        await _close_quietly(ws, CloseCode.NORMAL)
+                        return
+                    if drain.draining:
+                        errors[ErrorCode.SHUTTING_DOWN.value] += 1
+                        reply = encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
+                    else:
+                        reply = await session.handle(request)
+            try:
+                await send(reply)
+            except Exception:  # any send failure means the peer is gone; the caller detaches
+                return
+        finally:
+            drain.busy -= 1
 
 
 async def _refuse(ws: WebSocket, frame: str, code: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -23,6 +23,20 @@ def _default_max_concurrent_envs() -> int:
     if value < 1:
         raise ValueError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}")
     return value
+
+
+def _default_web() -> bool:
+    raw = os.environ.get("ENVSDK_WEB", "").strip().lower()
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"ENVSDK_WEB must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
+
+
+def _default_token() -> SecretStr | None:
+    raw = os.environ.get("ENVSDK_TOKEN", "")
+    return SecretStr(raw) if raw else None
 
 
 def _default_executor_workers() -> int:
@@ -71,6 +85,14 @@ class ServerConfig(BaseModel):
         description="Processes of the pool behind `run_in_process`; 0 = no process pool "
         "(run_in_process then uses the thread pool).",
     )
+    inline_sync: bool | None = Field(
+        default=None,
+        description="Run synchronous env methods (factory, reset, step, close) directly on the "
+        "event loop instead of the thread pool, saving a thread hop (tens of µs) per call. Only "
+        "for envs whose calls return in microseconds: while one runs, every session waits. A "
+        "call under a deadline still runs in the thread pool, where the deadline can be kept. "
+        "None: the env class's `INLINE_SYNC` attribute (default False).",
+    )
     idle_timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -92,4 +114,27 @@ class ServerConfig(BaseModel):
     )
     capacity_retry_after_s: float = Field(
         default=1.0, ge=0, description="`retry_after_s` hint sent with CAPACITY_REACHED."
+    )
+    token: SecretStr | None = Field(
+        default_factory=_default_token,
+        description="Bearer token every route but /health requires (`Authorization: Bearer "
+        "<token>` or `?token=<token>`). Default: the ENVSDK_TOKEN environment variable, else "
+        "None (no authentication). See `envsdk.server.auth`.",
+    )
+    allowed_origins: tuple[str, ...] = Field(
+        default=(),
+        description="Browser origins (`scheme://host[:port]`) allowed to connect; '*' allows "
+        "any. Requests without an Origin header (non-browser clients) and same-origin requests "
+        "are always allowed.",
+    )
+    drain_timeout_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="Graceful shutdown (SIGTERM under `envsdk.server.serve`): how long requests "
+        "in flight may take to finish before every session is closed.",
+    )
+    web: bool = Field(
+        default_factory=_default_web,
+        description="Serve the web page at /web (see `envsdk.web`). Default: on, unless the "
+        "ENVSDK_WEB environment variable is 0/false/no/off.",
     )
