@@ -7,6 +7,8 @@
   the ceiling for this machine.
 
 Run one: ``python -m bench.servers KIND --port P --max-sessions N`` (binds 127.0.0.1 only).
+The uvicorn servers take ``--ws``, ``--http``, ``--loop`` and ``--deflate`` to compare uvicorn's
+settings; the defaults are what `envsdk.server.serve` uses.
 """
 
 from __future__ import annotations
@@ -14,16 +16,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 from typing import Any
 
 KINDS = ("envsdk", "openenv", "bare")
 
 
-def envsdk_app(max_sessions: int) -> Any:
+def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
+    """envsdk serving the echo env. Its calls take microseconds, so by default it runs them
+    on the loop (``inline_sync``) as the bare server does; ``inline_sync=False`` measures the
+    thread-pool path every sync env gets by default."""
     from envsdk.server import create_app
     from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
 
-    return create_app(EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions)
+    return create_app(
+        EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions, inline_sync=inline_sync, web=False
+    )
 
 
 def openenv_app(max_sessions: int) -> Any:
@@ -79,14 +87,34 @@ def main() -> None:
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-sessions", type=int, default=8192)
+    parser.add_argument("--ws", default=None, help="uvicorn ws implementation (default: envsdk.server.serve's)")
+    parser.add_argument("--http", default=None, help="uvicorn http implementation")
+    parser.add_argument("--loop", default=None, help="uvicorn event loop: auto, asyncio, uvloop")
+    parser.add_argument("--deflate", action=argparse.BooleanOptionalAction, default=None, help="permessage-deflate")
+    parser.add_argument(
+        "--inline", action=argparse.BooleanOptionalAction, default=True, help="envsdk: run the echo env's calls on the loop"
+    )
     args = parser.parse_args()
+    # Thousands of sessions need thousands of descriptors.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.kind == "bare":
         asyncio.run(serve_bare(args.port, args.max_sessions))
         return
+    settings: dict[str, Any] = {"log_level": "error", "backlog": 4096, "ws_ping_interval": None}
+    for key in ("ws", "http", "loop"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    if args.deflate is not None:
+        settings["ws_per_message_deflate"] = args.deflate
+    if args.kind == "envsdk":
+        from envsdk.server import serve
+
+        serve(envsdk_app(args.max_sessions, args.inline), "127.0.0.1", args.port, **settings)
+        return
     import uvicorn
 
-    app = envsdk_app(args.max_sessions) if args.kind == "envsdk" else openenv_app(args.max_sessions)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="error", backlog=4096, ws_ping_interval=None)
+    uvicorn.run(openenv_app(args.max_sessions), host="127.0.0.1", port=args.port, **settings)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Any
 import websockets
 
 from envsdk.games.sudoku import parse_board, solve
-from envsdk.testing import free_port
+from envsdk.testing import free_port, stop_process
 
 _SEEDS = itertools.count(1_000_000)
 
@@ -62,12 +62,7 @@ def server_process(kind: str, extra_env: dict[str, str] | None = None) -> Iterat
                 time.sleep(0.1)
         yield f"ws://127.0.0.1:{port}/ws"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc, 15)
 
 
 async def call(ws: Any, frame: dict[str, Any]) -> dict[str, Any]:

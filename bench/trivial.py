@@ -1,11 +1,16 @@
-"""Trivial-environment benchmark: envsdk vs OpenEnv vs a bare websockets server, one run.
+"""Trivial-environment benchmark: envsdk vs OpenEnv vs a bare websockets server.
 
-Each server runs in its own process on 127.0.0.1; one load generator (this process, asyncio +
-``websockets``) opens N sessions and has each loop ``reset, step, step, step`` for a fixed
-time. Every request/reply pair counts as one step in steps/s; latency is per request.
-The levels are interleaved server by server so that the machine's noise hits all three alike.
+Each server runs in its own process on 127.0.0.1 (see `bench.servers`). One load generator,
+the same for all three, drives it: ``procs`` worker processes (asyncio + raw ``websockets``
+client frames, no compression, no pings) share the N sessions; every session loops
+``reset, step, step, step`` for a fixed time. Every request/reply pair counts as one step in
+steps/s; latency is per request. Levels are interleaved server by server so that the
+machine's noise hits all three alike.
 
-    python -m bench.trivial --levels 1 16 256 --duration 5 --out bench/RESULTS.md
+Besides wall-clock steps/s (noisy on a shared machine) each row reports the server's CPU time
+per step (user + system, from /proc), which depends far less on what else runs on the box.
+
+    python -m bench trivial --levels 1 16 256 1024 4096 --duration 5 --out bench/RESULTS.md
 """
 
 from __future__ import annotations
@@ -13,37 +18,65 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import os
 import platform
+import resource
+import socket
 import subprocess
 import sys
 import time
+from array import array
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
-
-from websockets.asyncio.client import connect
-
-from envsdk.testing import free_port
 
 RESET = json.dumps({"type": "reset", "data": {}})
 STEP = json.dumps({"type": "step", "data": {"message": "hello"}})
+CLOSE = json.dumps({"type": "close"})
 STEPS_PER_RESET = 3
+KINDS = ("envsdk", "openenv", "bare")
+REPO = Path(__file__).resolve().parent.parent
+
+# Bounds of every wait in the harness, so that no run can hang.
+CONNECT_TIMEOUT_S = 120.0
+REPLY_TIMEOUT_S = 30.0
+CONNECT_CONCURRENCY = 128
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft open-files limit to its hard limit; return the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 @dataclass
 class LevelResult:
+    """What one (server, sessions) run measured."""
+
     kind: str
     sessions: int
     steps: int = 0
     errors: int = 0
+    connected: int = 0
     completed_sessions: int = 0
     elapsed_s: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     rss_kib: int = 0
+    server_cpu_s: float = 0.0
+    first_error: str = ""
 
     @property
     def steps_per_s(self) -> float:
         return self.steps / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def cpu_us_per_step(self) -> float:
+        return 1e6 * self.server_cpu_s / self.steps if self.steps else float("nan")
 
     def pct(self, q: float) -> float:
         if not self.latencies_ms:
@@ -53,6 +86,7 @@ class LevelResult:
 
 
 def rss_kib(pid: int) -> int:
+    """Resident set size of process `pid` in KiB (0 when unknown)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -62,57 +96,173 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-async def run_level(kind: str, url: str, sessions: int, duration: float, pid: int) -> LevelResult:
-    result = LevelResult(kind, sessions)
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads), in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- load generator (one process)
+
+
+class _Shared:
+    """Counters of one worker process's sessions (single-threaded asyncio: no locks)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.errors = 0
+        self.connected = 0
+        self.completed = 0
+        self.latencies = array("d")
+        self.first_error = ""
+        self.stop_at = float("inf")
+
+    def fail(self, exc: BaseException) -> None:
+        self.errors += 1
+        if not self.first_error:
+            self.first_error = repr(exc)[:300]
+
+
+async def _session(url: str, shared: _Shared, gate: asyncio.Event, slots: asyncio.Semaphore) -> None:
+    from websockets.asyncio.client import connect
+
+    try:
+        async with slots:
+            ws = await connect(url, ping_interval=None, compression=None, max_size=2**24, open_timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:  # counted; the level reports connect failures as errors
+        shared.fail(exc)
+        return
+    shared.connected += 1
+    try:
+        await gate.wait()
+        perf = time.perf_counter
+        latencies = shared.latencies
+        frames = (RESET, *([STEP] * STEPS_PER_RESET))
+        while perf() < shared.stop_at:
+            for frame in frames:
+                t0 = perf()
+                await ws.send(frame)
+                reply = await asyncio.wait_for(ws.recv(), REPLY_TIMEOUT_S)
+                latencies.append((perf() - t0) * 1000)
+                if isinstance(reply, str) and reply.startswith('{"type":"error"'):
+                    shared.fail(RuntimeError(reply[:200]))
+                else:
+                    shared.steps += 1
+        await ws.send(CLOSE)
+        shared.completed += 1
+    except Exception as exc:
+        shared.fail(exc)
+    finally:
+        await ws.close()
+
+
+async def _drive(url: str, sessions: int, duration: float, pipe: Connection) -> None:
+    shared = _Shared()
     gate = asyncio.Event()
-    tasks = []
-    # The stop time is set once every session is connected; sessions open in batches so that
-    # the accept backlog is not what is measured.
-    stop_holder = {"t": time.perf_counter() + 3600}
-    for i in range(sessions):
-        tasks.append(asyncio.create_task(one_session(url, stop_holder, result, gate)))
-        if i % 64 == 63:
-            await asyncio.sleep(0.05)
-    await asyncio.sleep(min(5.0, 0.2 + sessions / 400))
+    slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
+    tasks = [asyncio.ensure_future(_session(url, shared, gate, slots)) for _ in range(sessions)]
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while shared.connected + shared.errors < sessions and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    pipe.send(("connected", shared.connected, shared.errors))
+    loop = asyncio.get_running_loop()
+    go = await loop.run_in_executor(None, pipe.poll, CONNECT_TIMEOUT_S)
+    if go:
+        pipe.recv()
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
-    stop_holder["t"] = t0 + duration
+    shared.stop_at = t0 + (duration if go else 0.0)
     gate.set()
-    await asyncio.wait_for(asyncio.gather(*tasks), duration + 120)
-    result.elapsed_s = time.perf_counter() - t0
-    result.rss_kib = rss_kib(pid)
+    _, pending = await asyncio.wait(tasks, timeout=duration + REPLY_TIMEOUT_S + 30)
+    for task in pending:
+        task.cancel()
+    elapsed = time.perf_counter() - t0
+    pipe.send(
+        (
+            "result",
+            {
+                "steps": shared.steps,
+                "errors": shared.errors + len(pending),
+                "connected": shared.connected,
+                "completed": shared.completed,
+                "elapsed_s": elapsed,
+                "latencies": shared.latencies.tobytes(),
+                "client_cpu_s": time.process_time() - cpu0,
+                "first_error": shared.first_error,
+            },
+        )
+    )
+
+
+def _worker(url: str, sessions: int, duration: float, pipe: Connection) -> None:
+    raise_open_files_limit()
+    asyncio.run(_drive(url, sessions, duration, pipe))
+
+
+def run_level(kind: str, url: str, sessions: int, duration: float, pid: int, procs: int) -> LevelResult:
+    """Drive `sessions` sessions of the server at `url` (process `pid`) for `duration` s, from
+    `procs` load-generator processes; every wait is bounded."""
+    procs = max(1, min(procs, sessions))
+    ctx = mp.get_context("spawn")
+    workers = []
+    for i in range(procs):
+        share = sessions // procs + (1 if i < sessions % procs else 0)
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(url, share, duration, child), daemon=True)
+        proc.start()
+        workers.append((proc, parent))
+    result = LevelResult(kind, sessions)
+    try:
+        for _, pipe in workers:
+            if pipe.poll(CONNECT_TIMEOUT_S + 30):
+                _, connected, _ = pipe.recv()
+                result.connected += connected
+        time.sleep(0.2)  # let the server settle after the connection burst
+        cpu0 = cpu_seconds(pid)
+        for _, pipe in workers:
+            pipe.send("go")
+        for _, pipe in workers:
+            if not pipe.poll(duration + REPLY_TIMEOUT_S + 90):
+                result.errors += 1
+                result.first_error = result.first_error or "a load-generator process did not report"
+                continue
+            _, data = pipe.recv()
+            result.steps += data["steps"]
+            result.errors += data["errors"]
+            result.completed_sessions += data["completed"]
+            result.elapsed_s = max(result.elapsed_s, data["elapsed_s"])
+            lat = array("d")
+            lat.frombytes(data["latencies"])
+            result.latencies_ms.extend(lat)
+            result.first_error = result.first_error or data["first_error"]
+        result.server_cpu_s = cpu_seconds(pid) - cpu0
+        result.rss_kib = rss_kib(pid)
+    finally:
+        for proc, _ in workers:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
     return result
 
 
-async def one_session(url: str, stop_holder: dict[str, float], result: LevelResult, gate: asyncio.Event) -> None:
-    try:
-        async with connect(url, ping_interval=None, compression=None, max_size=2**24, open_timeout=60) as ws:
-            await gate.wait()
-            while time.perf_counter() < stop_holder["t"]:
-                for frame in (RESET, *([STEP] * STEPS_PER_RESET)):
-                    t0 = time.perf_counter()
-                    await ws.send(frame)
-                    reply = await asyncio.wait_for(ws.recv(), 30)
-                    result.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                    if reply.startswith('{"type":"error"'):
-                        result.errors += 1
-                    else:
-                        result.steps += 1
-            await ws.send(json.dumps({"type": "close"}))
-        result.completed_sessions += 1
-    except Exception:
-        result.errors += 1
+# ---------------------------------------------------------------- servers
 
 
-def start_server(kind: str, max_sessions: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def start_server(kind: str, max_sessions: int, extra_args: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``python -m bench.servers KIND`` on a free loopback port; return it and its /ws URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.servers", kind, "--port", str(port), "--max-sessions", str(max_sessions)],
-        cwd=Path(__file__).resolve().parent.parent,
+        [sys.executable, "-m", "bench.servers", kind, "--port", str(port), "--max-sessions", str(max_sessions), *(extra_args or [])],
+        cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    import socket
-
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -124,101 +274,137 @@ def start_server(kind: str, max_sessions: int) -> tuple[subprocess.Popen[bytes],
             time.sleep(0.1)
     else:
         proc.kill()
-        raise TimeoutError(f"{kind} server did not start")
+        raise TimeoutError(f"{kind} server did not start within 60 s")
     time.sleep(0.3)
     return proc, f"ws://127.0.0.1:{port}/ws"
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    from envsdk.testing import stop_process
+
+    stop_process(proc, 10)
 
 
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {"python": platform.python_version()}
-    for pkg in ("envsdk", "openenv", "fastapi", "uvicorn", "websockets", "pydantic"):
+    for pkg in ("envsdk", "openenv", "fastapi", "uvicorn", "websockets", "pydantic", "uvloop", "httptools"):
         try:
             out[pkg] = version(pkg)
         except Exception:
-            out[pkg] = "?"
+            out[pkg] = "not installed"
     return out
 
 
-def render(results: list[LevelResult], levels: list[int], duration: float, command: str) -> str:
+def machine_line() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, load average "
+        f"{load:.1f} at the end of the run; load generator and servers share the cores."
+    )
+
+
+def render(results: list[LevelResult], levels: list[int], duration: float, command: str, procs: int) -> str:
     by = {(r.kind, r.sessions): r for r in results}
     lines = [
         "## Trivial environment: envsdk vs OpenEnv vs bare websockets",
         "",
         f"Command: `{command}`  ",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; client and servers share the cores.  ",
+        machine_line() + "  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "  ",
-        f"Each session loops reset + {STEPS_PER_RESET} steps for {duration:g} s; every request counts as a step.",
+        f"Each session loops reset + {STEPS_PER_RESET} steps for {duration:g} s from {procs} load-generator "
+        "process(es) (raw `websockets` client, no compression); every request counts as a step. "
+        "`server CPU µs/step` is the server process's user+system time divided by the steps.",
         "",
-        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server RSS MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | server RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in levels:
-        for kind in ("envsdk", "openenv", "bare"):
+        for kind in KINDS:
             r = by.get((kind, n))
             if r is None:
                 continue
             lines.append(
                 f"| {n} | {kind} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
-                f"{r.completed_sessions}/{n} | {r.rss_kib / 1024:.0f} |"
+                f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {r.rss_kib / 1024:.0f} |"
             )
-    lines += ["", "| sessions | envsdk / OpenEnv | envsdk / bare |", "|---|---|---|"]
+    lines += ["", "| sessions | envsdk / OpenEnv steps/s | envsdk / bare steps/s | envsdk / bare CPU per step |", "|---|---|---|---|"]
     for n in levels:
         e, o, b = by.get(("envsdk", n)), by.get(("openenv", n)), by.get(("bare", n))
-        if e and o and b:
-            lines.append(
-                f"| {n} | {e.steps_per_s / max(o.steps_per_s, 1e-9):.2f}× | {e.steps_per_s / max(b.steps_per_s, 1e-9):.2f}× |"
-            )
+        if e is None:
+            continue
+        ratio_o = f"{e.steps_per_s / max(o.steps_per_s, 1e-9):.2f}×" if o else "–"
+        ratio_b = f"{e.steps_per_s / max(b.steps_per_s, 1e-9):.2f}×" if b else "–"
+        cpu_b = f"{e.cpu_us_per_step / b.cpu_us_per_step:.2f}×" if b and b.steps else "–"
+        lines.append(f"| {n} | {ratio_o} | {ratio_b} | {cpu_b} |")
+    errors = [f"{r.kind}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
+    if errors:
+        lines += ["", "First error per failing run: " + "; ".join(errors)]
     return "\n".join(lines) + "\n"
 
 
 def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace (or append) the section that starts with `heading` in RESULTS.md."""
+    """Replace (or append) the section of RESULTS.md whose heading starts with `heading`."""
     text = path.read_text() if path.exists() else "# Benchmark results\n\n"
     start = text.find(heading)
     if start == -1:
         text = text.rstrip() + "\n\n" + body
     else:
         nxt = text.find("\n## ", start + len(heading))
-        text = text[:start] + body + (text[nxt + 1 :] if nxt != -1 else "")
+        text = text[:start] + body + ("\n" + text[nxt + 1 :] if nxt != -1 else "")
     path.write_text(text)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 16, 256])
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--kinds", nargs="+", default=["envsdk", "openenv", "bare"])
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+def default_procs() -> int:
+    """Load-generator processes: one core is left to the server."""
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 16, 256, 1024, 4096])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds of load per level")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--procs", type=int, default=default_procs(), help="load-generator processes")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra argument for bench.servers (repeatable)")
+    parser.add_argument("--out", type=Path, default=None, help="RESULTS.md to update")
+
+
+def run(args: argparse.Namespace, command: str) -> list[LevelResult]:
+    raise_open_files_limit()
     max_sessions = max(args.levels) + 16
-    servers = {kind: start_server(kind, max_sessions) for kind in args.kinds}
     results: list[LevelResult] = []
+    servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     try:
+        for kind in args.kinds:
+            servers[kind] = start_server(kind, max_sessions, args.server_arg if kind == "envsdk" else None)
         for n in args.levels:
             for kind in args.kinds:
                 proc, url = servers[kind]
-                res = asyncio.run(run_level(kind, url, n, args.duration, proc.pid))
+                res = run_level(kind, url, n, args.duration, proc.pid, args.procs)
                 print(
                     f"{kind:8s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
-                    f"p99={res.pct(0.99):8.2f}ms errors={res.errors} done={res.completed_sessions}/{n}",
+                    f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us errors={res.errors} "
+                    f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
                     flush=True,
                 )
                 results.append(res)
                 time.sleep(0.5)
     finally:
         for proc, _ in servers.values():
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    command = "python -m bench.trivial " + " ".join(sys.argv[1:])
-    report = render(results, args.levels, args.duration, command)
+            stop_server(proc)
+    report = render(results, args.levels, args.duration, command, args.procs)
     print(report)
     if args.out:
         write_section(args.out, "## Trivial environment", report)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    run(args, "python -m bench trivial " + " ".join(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

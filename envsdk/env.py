@@ -39,9 +39,15 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
 
     ``step_timeout_s`` and ``reset_timeout_s`` are the environment's default deadlines; the
     server's settings override them. ``None`` means no deadline.
+
+    ``INLINE_SYNC = True`` declares that the sync methods are fast (well under a millisecond)
+    and may run directly on the event loop instead of hopping to the thread pool, which costs
+    more than such a call itself. A call under a deadline still goes to the pool so the deadline
+    holds. Leave it False for anything that can block.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = True
+    INLINE_SYNC: ClassVar[bool] = False
     step_timeout_s: ClassVar[float | None] = None
     reset_timeout_s: ClassVar[float | None] = None
 

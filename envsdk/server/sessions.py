@@ -46,14 +46,14 @@ from envsdk.protocol import (
     FrameError,
     SessionInfo,
     encode,
+    encode_observation,
     error_reply,
-    observation_reply,
     session_reply,
     state_reply,
     validation_errors,
 )
 from envsdk.server.config import ServerConfig
-from envsdk.server.executors import Executors
+from envsdk.server.executors import Executors, is_async_callable
 from envsdk.server.metrics import Metrics
 
 __all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts"]
@@ -119,6 +119,7 @@ class SessionTable:
         self.metrics = metrics
         self._sessions: dict[str, Session] = {}
         self._reset_params: dict[type, frozenset[str] | None] = {}
+        self._inline: dict[tuple[Any, str], bool] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -129,9 +130,13 @@ class SessionTable:
     # ------------------------------------------------------------ env instances
 
     async def create_env(self) -> Environment[Any, Any, Any]:
-        """Build one env instance (in the thread pool); FACTORY_ERROR when the factory raises."""
+        """Build one env instance (in the thread pool, or on the loop for an inline env, see
+        `runs_inline`); FACTORY_ERROR when the factory raises."""
+        factory = self.spec.factory
         try:
-            return await self.executors.start(self.spec.factory)
+            if self.runs_inline(factory, "__init__", factory):
+                return factory()
+            return await self.executors.start(factory)
         except Exception as exc:
             logger.warning("environment factory %r failed: %r", self.spec.name, exc)
             raise FrameError(
@@ -148,7 +153,10 @@ class SessionTable:
         if after is not None:
             await asyncio.wait({after})
         try:
-            result = await asyncio.wait_for(self.executors.start(env.close), _ENV_CLOSE_TIMEOUT_S)
+            if self.runs_inline(type(env), "close", env.close):
+                result = env.close()
+            else:
+                result = await asyncio.wait_for(self.executors.start(env.close), _ENV_CLOSE_TIMEOUT_S)
             if inspect.isawaitable(result):
                 await asyncio.wait_for(result, _ENV_CLOSE_TIMEOUT_S)
         except Exception as exc:
@@ -191,6 +199,18 @@ class SessionTable:
             ],
         )
 
+    def runs_inline(self, owner: Any, method: str, fn: Callable[..., Any]) -> bool:
+        """Whether `fn` (``owner``'s `method`) runs directly on the loop: a sync callable of
+        an env that opted in (``ServerConfig.inline_sync``, else ``owner.INLINE_SYNC``)."""
+        key = (owner, method)
+        inline = self._inline.get(key)
+        if inline is None:
+            wanted = self.config.inline_sync
+            if wanted is None:
+                wanted = bool(getattr(owner, "INLINE_SYNC", False))
+            inline = self._inline[key] = wanted and not is_async_callable(fn)
+        return inline
+
     def deadline(self, env: Any, which: str) -> float | None:
         configured = getattr(self.config, which)
         return configured if configured is not None else getattr(type(env), which, None)
@@ -202,9 +222,21 @@ class SessionTable:
         """Run ``env.<method>(*args, **kwargs)`` under a deadline.
 
         Raises FrameError: TIMEOUT past the deadline (after calling `on_abandon` with the still
-        running call), EXECUTION_ERROR when the method raises.
+        running call), EXECUTION_ERROR when the method raises. A sync method of an inline env
+        (see `runs_inline`) without a deadline is called right here, on the loop.
         """
-        fut = self.executors.start(getattr(env, method), *args, **kwargs)
+        fn = getattr(env, method)
+        if timeout is None and self.runs_inline(type(env), method, fn):
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            except FrameError:
+                raise
+            except Exception as exc:
+                raise _execution_error(env, method, exc) from None
+        fut = self.executors.start(fn, *args, **kwargs)
         try:
             if timeout is None:
                 result = await fut
@@ -232,9 +264,7 @@ class SessionTable:
         except FrameError:
             raise
         except Exception as exc:
-            logger.warning("%s.%s raised %s: %s", type(env).__name__, method, type(exc).__name__, exc)
-            logger.debug("traceback of %s.%s", type(env).__name__, method, exc_info=True)
-            raise FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__) from None
+            raise _execution_error(env, method, exc) from None
 
     # ------------------------------------------------------------ sessions
 
@@ -336,6 +366,12 @@ class SessionTable:
                 self._spawn(_close_quietly(connection, 1001, "server shutting down"))
         if self._background:
             await asyncio.wait(set(self._background), timeout=_ENV_CLOSE_TIMEOUT_S)
+
+
+def _execution_error(env: Any, method: str, exc: Exception) -> FrameError:
+    logger.warning("%s.%s raised %s: %s", type(env).__name__, method, type(exc).__name__, exc)
+    logger.debug("traceback of %s.%s", type(env).__name__, method, exc_info=exc)
+    return FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__)
 
 
 async def _close_quietly(connection: Connection, code: int, reason: str) -> None:
@@ -445,7 +481,7 @@ class Session:
         table.metrics.observe_step(time.perf_counter() - started)
         body, reward, done, metadata = observation_parts(obs)
         self.phase = Phase.DONE if done else Phase.RUNNING
-        return encode(observation_reply(body, reward, done, metadata=metadata, request_id=rid))
+        return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
 
     async def _reset(self, data: dict[str, Any], rid: str | None) -> str:
         table = self.table
@@ -459,7 +495,7 @@ class Session:
         table.metrics.resets += 1
         body, reward, done, metadata = observation_parts(obs)
         self.phase = Phase.DONE if done else Phase.RUNNING
-        return encode(observation_reply(body, reward, done, metadata=metadata, request_id=rid))
+        return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
 
     async def _read_state(self) -> dict[str, Any]:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from envsdk.types import Action, Observation, State
 
 __all__ = [
     "free_port",
+    "stop_process",
     "running_server",
     "EchoAction",
     "EchoObservation",
@@ -33,6 +35,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> int:
+    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within `timeout_s`.
+    Returns its exit code; never waits unboundedly."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait(5)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envsdk.testing import free_port, running_server
+from envsdk.testing import free_port, running_server, stop_process
 
 from envsdk.testing.openenv_echo import make_openenv_app
 
@@ -53,12 +53,7 @@ def subprocess_server_url() -> Iterator[str]:
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 10)
 
 
 class TcpProxy:

@@ -26,7 +26,7 @@ from envsdk.policies.openai_chat import (
     OpenAIChatPolicy,
     chat_completions_url,
 )
-from envsdk.testing import free_port, running_server
+from envsdk.testing import free_port, running_server, stop_process
 
 MESSAGES = [
     {"role": "system", "content": "You play Sudoku."},
@@ -53,12 +53,7 @@ def served_model(tiny_model_dir: Path) -> Iterator[tuple[str, str]]:
         model_id = _wait_for_models(proc, base_url, deadline_s=120.0)
         yield base_url, model_id
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, 10)
         if proc.stderr is not None:
             proc.stderr.close()
 

@@ -1,0 +1,50 @@
+"""``python -m bench COMMAND``: envsdk's benchmarks, each bounded in time, on 127.0.0.1 only.
+
+* ``trivial`` — envsdk vs OpenEnv vs bare websockets, trivial env, 1 … 4,096 sessions.
+* ``scale`` — server memory per idle session (4,096 sessions held open).
+* ``client`` — one process of envsdk ``EnvClient``s, 256 vs 2,048 sessions.
+* ``sudoku`` — Sudoku games/s vs an OpenEnv-style server (`bench.sudoku_bench`; its own flags).
+* ``all`` — trivial, scale and client with their defaults (about 8–10 minutes on 2 cores),
+  each writing its section of ``--out`` (default bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import client_scale, scale, trivial
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, module in (("trivial", trivial), ("scale", scale), ("client", client_scale)):
+        module.add_arguments(commands.add_parser(name, help=(module.__doc__ or "").splitlines()[0]))
+    commands.add_parser("sudoku", help="Sudoku games/s (bench.sudoku_bench), remaining arguments passed on", add_help=False)
+    everything = commands.add_parser("all", help="trivial, scale and client with their defaults")
+    everything.add_argument("--out", type=Path, default=RESULTS)
+    if argv and argv[0] == "sudoku":
+        from bench import sudoku_bench
+
+        sys.argv = ["bench.sudoku_bench", *argv[1:]]
+        sudoku_bench.main()
+        return
+    args = parser.parse_args(argv)
+    command = "python -m bench " + " ".join(argv)
+    if args.command == "all":
+        for name, module in (("trivial", trivial), ("scale", scale), ("client", client_scale)):
+            sub = argparse.ArgumentParser()
+            module.add_arguments(sub)
+            sub_args = sub.parse_args(["--out", str(args.out)])
+            module.run(sub_args, f"{command}  (part: python -m bench {name})")
+        return
+    {"trivial": trivial, "scale": scale, "client": client_scale}[args.command].run(args, command)
+
+
+if __name__ == "__main__":
+    main()
