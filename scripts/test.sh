@@ -4,7 +4,7 @@
 # (skip those with ENVSDK_SKIP_SWIFT=1). Arguments go to the main pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "test,train"
+bash scripts/setup.sh "test,train,ray"
 # The web page is tested in a real headless browser: Debian's chromium and its driver.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
