@@ -48,7 +48,7 @@ def import_target(spec: str) -> Any:
 def _step_types(env_class: type) -> tuple[Any, Any]:
     """(action type, observation type) from ``env_class.step``'s annotations, None if absent."""
     try:
-        hints = typing.get_type_hints(env_class.step)
+        hints = typing.get_type_hints(getattr(env_class, "step"))
     except Exception:  # unresolvable annotations: the user passes --action/--observation
         return None, None
     return hints.get("action"), hints.get("return")

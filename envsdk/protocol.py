@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import to_json
@@ -234,7 +234,9 @@ class FrameError(Exception):
         return error_reply(self.code, self.message, request_id=request_id, **self.details)
 
 
-def decode_request(raw: str | bytes, *, max_bytes: int | None = None) -> _Request:
+def decode_request(
+    raw: str | bytes, *, max_bytes: int | None = None
+) -> ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest:
     """Decode one client frame into a request model, or raise `FrameError`.
 
     Never raises anything else: every bad input (not JSON, not an object, unknown type, bad
@@ -268,7 +270,10 @@ def decode_request(raw: str | bytes, *, max_bytes: int | None = None) -> _Reques
         shown = msg_type if isinstance(msg_type, str) else ("" if msg_type is None else repr(msg_type))
         raise FrameError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown}")
     try:
-        return model.model_validate(obj)
+        return cast(
+            "ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest",
+            model.model_validate(obj),
+        )
     except ValidationError as exc:
         raise FrameError(
             ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)

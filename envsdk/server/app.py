@@ -99,7 +99,7 @@ def create_app(
     base = config or ServerConfig()
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None
-    name = cfg.env_name or getattr(env_factory, "__name__", type(env_factory).__name__)
+    name = str(cfg.env_name or getattr(env_factory, "__name__", type(env_factory).__name__))
     doc = inspect.getdoc(env_class) if env_class is not None else None
     spec = EnvSpec(
         factory=env_factory,

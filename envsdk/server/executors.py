@@ -51,7 +51,8 @@ class Executors:
         awaitable as its result; the caller awaits it on the loop.
         """
         if is_async_callable(fn):
-            return asyncio.ensure_future(fn(*args, **kwargs))
+            future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
+            return future
         if kwargs:
             return asyncio.wrap_future(self.threads.submit(functools.partial(fn, *args, **kwargs)))
         return asyncio.wrap_future(self.threads.submit(fn, *args))

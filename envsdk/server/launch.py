@@ -120,7 +120,7 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
     if not hasattr(WebSocketsSansIOProtocol, "send_receive_event_to_app"):
         return None
 
-    class RequestReplyWebSocketProtocol(WebSocketsSansIOProtocol):  # type: ignore[misc]
+    class RequestReplyWebSocketProtocol(WebSocketsSansIOProtocol):
         def send_receive_event_to_app(self) -> None:
             if (
                 self.read_paused

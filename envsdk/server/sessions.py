@@ -134,9 +134,12 @@ class SessionTable:
         `runs_inline`); FACTORY_ERROR when the factory raises."""
         factory = self.spec.factory
         try:
+            env: Environment[Any, Any, Any]
             if self.runs_inline(factory, "__init__", factory):
-                return factory()
-            return await self.executors.start(factory)
+                env = factory()
+            else:
+                env = await self.executors.start(factory)
+            return env
         except Exception as exc:
             logger.warning("environment factory %r failed: %r", self.spec.name, exc)
             raise FrameError(

@@ -285,7 +285,9 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
         self._base: Any = None
         self._state = SudokuState(env_id=self.env_id)
 
-    async def reset(
+    # No **kwargs on purpose (narrower than the base class): the server refuses unknown
+    # reset options by this signature instead of silently dropping them.
+    async def reset(  # type: ignore[override]
         self,
         seed: int | None = None,
         episode_id: str | None = None,
