@@ -24,11 +24,11 @@ class CloseLoggingEnvironment(EchoEnvironment):
 
 
 class HangingResetEnvironment(EchoEnvironment):
-    """``reset(seed=13)`` blocks its worker thread for 1.5 s; any other seed resets at once."""
+    """``reset(seed=13)`` blocks its worker thread for 3 s; any other seed resets at once."""
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
         if seed == HANG_SEED:
-            time.sleep(1.5)
+            time.sleep(3.0)
         return super().reset(seed=seed, episode_id=episode_id, **kwargs)
 
 

@@ -186,7 +186,7 @@ async def test_a_hanging_reset_times_out_and_the_next_reset_gets_a_fresh_env():
             started = time.monotonic()
             with pytest.raises(EnvTimeoutError, match="deadline of 0.3s"):
                 await env.reset(seed=HANG_SEED)
-            assert time.monotonic() - started < 1.2  # the deadline, not the 1.5 s hang
+            assert time.monotonic() - started < 2.0  # the deadline, not the 3 s hang
             await bystander.reset(seed=1)  # another session was never blocked
             assert (await env.reset(seed=1)).observation["echoed_message"] == "ready"
             assert (await env.step({"message": "after"})).observation["echoed_message"] == "after"

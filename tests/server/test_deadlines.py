@@ -44,10 +44,10 @@ def test_a_step_past_its_deadline_times_out_while_others_keep_stepping(serve_ech
             for t in threads:
                 t.start()
             started = time.perf_counter()
-            reply = _call(slow, frame(type="step", data={"message": "sleep:1.5"}))
+            reply = _call(slow, frame(type="step", data={"message": "sleep:3"}))
             elapsed = time.perf_counter() - started
             assert reply["data"]["code"] == "TIMEOUT" and reply["data"]["timeout_s"] == 0.3
-            assert elapsed < 1.0  # the reply came at the deadline, not when the sleep ended
+            assert elapsed < 2.0  # the reply came at the deadline, not when the 3 s sleep ended
             # The episode is over: step and state are refused until a reset builds a new env.
             after = _call(slow, frame(type="step", data={"message": "x"}))
             assert after["data"]["code"] == "NOT_RESET" and "timed out" in after["data"]["message"]
@@ -61,7 +61,8 @@ def test_a_step_past_its_deadline_times_out_while_others_keep_stepping(serve_ech
         for ws in others:
             ws.close()
     assert len(latencies) > 10
-    assert max(latencies) < 0.5  # nobody waited for the 1.5 s sleeper
+    # Wide margins (a loaded 2-core CI box) that still prove nobody waited for the 3 s sleeper.
+    assert max(latencies) < 1.5
 
 
 @pytest.mark.timeout(30)
