@@ -135,6 +135,18 @@ class _GlobalRandomGuard:
             )
 
 
+
+def _check_concurrent_resets(differing: int, concurrency: int, seed: int, report: CheckReport) -> None:
+    """The `reset.concurrent_seed_determinism` verdict, given how many concurrent resets differed."""
+    if differing:
+        _fail(
+            "reset.concurrent_seed_determinism",
+            f"{differing} of {concurrency} concurrent resets with seed {seed} gave a different first"
+            " observation; shared random state (the module-level `random`, a class attribute) is"
+            " the usual cause",
+        )
+    report.passed.append("reset.concurrent_seed_determinism")
+
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
@@ -224,14 +236,7 @@ async def _check_local_env(
         await asyncio.gather(*(e.close() for e in crowd), return_exceptions=True)
     firsts = [_check_env_reset(out) for out in outs]
     differing = sum(1 for out in firsts if (out[0], out[2]) != (observation, system_message))
-    if differing:
-        _fail(
-            "reset.concurrent_seed_determinism",
-            f"{differing} of {concurrency} concurrent resets with seed {seed} gave a different first"
-            " observation; shared random state (the module-level `random`, a class attribute) is"
-            " the usual cause",
-        )
-    report.passed.append("reset.concurrent_seed_determinism")
+    _check_concurrent_resets(differing, concurrency, seed, report)
 
     rng = random.Random(seed)
     messages: list[dict[str, Any]] = []
@@ -384,14 +389,7 @@ async def _check_server_environment(
     else:
         outs = await asyncio.to_thread(_reset_in_threads, factory, seed, concurrency)
     differing = sum(1 for out in outs if out != first)
-    if differing:
-        _fail(
-            "reset.concurrent_seed_determinism",
-            f"{differing} of {concurrency} concurrent resets with seed {seed} gave a different first"
-            " observation; shared random state (the module-level `random`, a class attribute) is"
-            " the usual cause",
-        )
-    report.passed.append("reset.concurrent_seed_determinism")
+    _check_concurrent_resets(differing, concurrency, seed, report)
 
     report.passed.append("no_global_random")  # reset checked above; steps are checked below
 

@@ -129,15 +129,9 @@ def _add_serve(subparsers: Any) -> None:
         help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
         "prefer the variable: a command line is visible to other users in `ps`)",
     )
-    parser.add_argument(
-        "--replicas", type=int, default=1,
-        help="run N server processes on N ports (consecutive from --port, else free ones), "
-        "restarted when they die; prints their base URLs (default: 1, no supervisor)",
-    )
-    parser.add_argument(
-        "--replicas-file", default=None,
-        help="write the replicas' base URLs to this JSON file, where an EnvPool reads them",
-    )
+    from envsdk.server.replicas import add_replica_arguments
+
+    add_replica_arguments(parser, ports="N ports (consecutive from --port, else free ones)")
     parser.set_defaults(func=_run_serve)
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,6 @@ import pytest
 from envsdk.checker import RULES, CheckReport, EnvCheckError, add_check_env_parser, check_env, check_env_async
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.envs.frozen_lake import FrozenLakeEnv
-from envsdk.registry import envs
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
 from envsdk.types import State
 
@@ -130,17 +127,6 @@ class SharedRngEnvironment(Environment[EchoAction, EchoObservation, State]):
     def state(self) -> State:
         return self._state
 
-
-@pytest.fixture
-def clean_envs() -> Iterator[None]:
-    """Forget the envs and plugin modules a test added."""
-    names, modules = set(envs), set(sys.modules)
-    yield
-    for name in set(envs) - names:
-        del envs[name]
-    for module in set(sys.modules) - modules:
-        if module.startswith("envsdk_plugin_"):
-            del sys.modules[module]
 
 
 @pytest.mark.timeout(30)

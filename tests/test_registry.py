@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,17 +36,6 @@ class CountdownEnv(Env):
 envs["{name}"] = CountdownEnv
 '''
 
-
-@pytest.fixture
-def clean_envs() -> Iterator[None]:
-    """Forget the envs and plugin modules a test added, so tests do not see each other's plugins."""
-    names, modules = set(envs), set(sys.modules)
-    yield
-    for name in set(envs) - names:
-        del envs[name]
-    for module in set(sys.modules) - modules:
-        if module.startswith("envsdk_plugin_"):
-            del sys.modules[module]
 
 
 def _write_plugin(tmp_path: Path, env_name: str, file_name: str = "my_plugin.py") -> Path:

@@ -14,6 +14,7 @@ CPU (one core per replica) and for fault isolation. Past one machine, use `envsd
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -40,6 +41,7 @@ __all__ = [
     "without_options",
     "ReplicaCommand",
     "REPLICA_OPTIONS",
+    "add_replica_arguments",
 ]
 
 logger = logging.getLogger("envsdk.server.replicas")
@@ -50,6 +52,30 @@ ReplicaCommand = Callable[[int], Sequence[str]]
 
 #: The options a supervisor consumes (or sets per replica) and does not pass on to its replicas.
 REPLICA_OPTIONS = ("--replicas", "--replicas-file", "--host", "--port")
+
+
+def add_replica_arguments(parser: argparse.ArgumentParser, *, ports: str) -> None:
+    """Add ``--replicas N`` and ``--replicas-file F`` (the `REPLICA_OPTIONS` a supervisor
+    consumes) to a server's argparse parser; `ports` says where the replicas listen."""
+
+    def positive(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        return value
+
+    parser.add_argument(
+        "--replicas", type=positive, default=1,
+        help=f"run N server processes on {ports}, restarted when they die; prints their base "
+        "URLs (default 1: this process serves, no supervisor)",
+    )
+    parser.add_argument(
+        "--replicas-file", default=None,
+        help="write the replicas' base URLs to this JSON file, where an EnvPool reads them",
+    )
 
 
 def without_options(argv: Sequence[str], options: Sequence[str] = REPLICA_OPTIONS) -> list[str]:

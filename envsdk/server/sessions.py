@@ -229,38 +229,31 @@ class SessionTable:
         (see `runs_inline`) without a deadline is called right here, on the loop.
         """
         fn = getattr(env, method)
-        if timeout is None and self.runs_inline(type(env), method, fn):
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-                return result
-            except FrameError:
-                raise
-            except Exception as exc:
-                raise _execution_error(env, method, exc) from None
-        fut = self.executors.start(fn, *args, **kwargs)
         try:
-            if timeout is None:
-                result = await fut
+            if timeout is None and self.runs_inline(type(env), method, fn):
+                result = fn(*args, **kwargs)
             else:
-                try:
-                    result = await asyncio.wait_for(asyncio.shield(fut), timeout)
-                except TimeoutError:
-                    if fut.done():  # the env itself raised TimeoutError
-                        raise
-                    fut.cancel()  # cancels a coroutine; a running thread just finishes
-                    fut.add_done_callback(_retrieve)
-                    on_abandon(fut)
-                    logger.warning(
-                        "%s.%s passed its deadline of %ss", type(env).__name__, method, timeout
-                    )
-                    raise FrameError(
-                        ErrorCode.TIMEOUT,
-                        f"{method} did not finish within its deadline of {timeout}s; the episode "
-                        "is over, reset to start a new one",
-                        timeout_s=timeout,
-                    ) from None
+                fut = self.executors.start(fn, *args, **kwargs)
+                if timeout is None:
+                    result = await fut
+                else:
+                    try:
+                        result = await asyncio.wait_for(asyncio.shield(fut), timeout)
+                    except TimeoutError:
+                        if fut.done():  # the env itself raised TimeoutError
+                            raise
+                        fut.cancel()  # cancels a coroutine; a running thread just finishes
+                        fut.add_done_callback(_retrieve)
+                        on_abandon(fut)
+                        logger.warning(
+                            "%s.%s passed its deadline of %ss", type(env).__name__, method, timeout
+                        )
+                        raise FrameError(
+                            ErrorCode.TIMEOUT,
+                            f"{method} did not finish within its deadline of {timeout}s; the episode "
+                            "is over, reset to start a new one",
+                            timeout_s=timeout,
+                        ) from None
             if inspect.isawaitable(result):  # a sync method that returned an awaitable
                 result = await result
             return result

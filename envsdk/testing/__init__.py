@@ -8,6 +8,7 @@ the block exits, so every test that starts a server also stops it.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import threading
@@ -37,11 +38,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> int:
-    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within `timeout_s`.
-    Returns its exit code; never waits unboundedly."""
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0, sig: int = signal.SIGTERM) -> int:
+    """Stop a child process: `sig` (SIGTERM), then SIGKILL if it has not exited within
+    `timeout_s`. Returns its exit code; never waits unboundedly."""
     if proc.poll() is None:
-        proc.terminate()
+        proc.send_signal(sig)
         try:
             return proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

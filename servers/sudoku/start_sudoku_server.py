@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
 
 __all__ = ["build_parser", "main"]
@@ -73,15 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=env.get("LOG_LEVEL", "info"),
         help="env var LOG_LEVEL (default info): uvicorn's log level.",
     )
-    parser.add_argument(
-        "--replicas", type=_positive_int, default=1,
-        help="run N server processes on ports --port .. --port+N-1, restarted when they die; "
-        "prints their base URLs (default 1: this process serves)",
-    )
-    parser.add_argument(
-        "--replicas-file", default=None,
-        help="write the replicas' base URLs to this JSON file, where an EnvPool reads them",
-    )
+    add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from envsdk.testing import free_port
+from envsdk.testing import free_port, stop_process
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 # Variables of the caller's shell that would change what the child serves.
@@ -72,14 +72,7 @@ def start_server(
 
 def stop_server(server: ServerProcess, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
     """Send `sig` (if still running) and wait; SIGKILL past `timeout_s`. Returns the exit status."""
-    proc = server.proc
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait(5)
+    return stop_process(server.proc, timeout_s, sig)
 
 
 @contextlib.contextmanager
