@@ -21,6 +21,7 @@ __all__ = [
     "ServerShutdownError",
     "AuthenticationError",
     "EnvNotFoundError",
+    "ToolCallError",
 ]
 
 
@@ -64,6 +65,12 @@ class CapacityError(ServerError):
 
 class EnvTimeoutError(ServerError):
     """A reset or step ran past its deadline (`TIMEOUT`), or the reply did not arrive in time."""
+
+
+class ToolCallError(ServerError):
+    """An MCP ``tools/list`` or ``tools/call`` was answered with a JSON-RPC error (unknown
+    tool, bad arguments, the tool raised). `code` is the JSON-RPC code as a string
+    (``"-32603"``); `details` holds the error's ``data``."""
 
 
 class EpisodeDoneError(ServerError):

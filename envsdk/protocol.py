@@ -5,6 +5,8 @@ Frames are JSON text, one request gets exactly one reply, in order. The shapes a
 envsdk client works against an OpenEnv server. envsdk's extensions are opt-in and never sent
 to a peer that did not ask for them:
 
+* ``{"type": "mcp", "data": <JSON-RPC request>}`` — an MCP call on the session (OpenEnv 0.10):
+  answered ``{"type": "mcp", "data": <JSON-RPC response>}``; see `envsdk.server.mcp`.
 * ``{"type": "session"}`` — the session handshake. The reply carries a session id and a
   resume token; from then on the session outlives its connection for ``resume_window_s``.
   A client resumes by connecting to ``/ws?session_id=<id>&resume_token=<token>``.
@@ -37,6 +39,7 @@ __all__ = [
     "StateRequest",
     "CloseRequest",
     "SessionRequest",
+    "McpRequest",
     "Request",
     "REQUEST_TYPES",
     "ObservationData",
@@ -46,6 +49,7 @@ __all__ = [
     "ErrorReply",
     "SessionInfo",
     "SessionReply",
+    "McpReply",
     "Reply",
     "FrameError",
     "decode_request",
@@ -132,8 +136,15 @@ class SessionRequest(_Request):
     type: Literal["session"] = "session"
 
 
+class McpRequest(_Request):
+    """OpenEnv 0.10's MCP frame: `data` is one JSON-RPC 2.0 request (checked by the server)."""
+
+    type: Literal["mcp"] = "mcp"
+    data: dict[str, Any]
+
+
 Request = Annotated[
-    Union[ResetRequest, StepRequest, StateRequest, CloseRequest, SessionRequest],
+    Union[ResetRequest, StepRequest, StateRequest, CloseRequest, SessionRequest, McpRequest],
     Field(discriminator="type"),
 ]
 REQUEST_TYPES: dict[str, type[_Request]] = {
@@ -142,6 +153,7 @@ REQUEST_TYPES: dict[str, type[_Request]] = {
     "state": StateRequest,
     "close": CloseRequest,
     "session": SessionRequest,
+    "mcp": McpRequest,
 }
 
 _REQUEST_ADAPTER: TypeAdapter[Any] = TypeAdapter(Request)
@@ -212,8 +224,15 @@ class SessionReply(_Reply):
     data: SessionInfo
 
 
+class McpReply(_Reply):
+    """The answer to an `McpRequest`: `data` is the JSON-RPC 2.0 response."""
+
+    type: Literal["mcp"] = "mcp"
+    data: dict[str, Any]
+
+
 Reply = Annotated[
-    Union[ObservationReply, StateReply, ErrorReply, SessionReply],
+    Union[ObservationReply, StateReply, ErrorReply, SessionReply, McpReply],
     Field(discriminator="type"),
 ]
 _REPLY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Reply)
@@ -236,7 +255,7 @@ class FrameError(Exception):
 
 def decode_request(
     raw: str | bytes, *, max_bytes: int | None = None
-) -> ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest:
+) -> ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest | McpRequest:
     """Decode one client frame into a request model, or raise `FrameError`.
 
     Never raises anything else: every bad input (not JSON, not an object, unknown type, bad
@@ -271,7 +290,7 @@ def decode_request(
         raise FrameError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown}")
     try:
         return cast(
-            "ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest",
+            "ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest | McpRequest",
             model.model_validate(obj),
         )
     except ValidationError as exc:
@@ -310,7 +329,7 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
     return True
 
 
-def decode_reply(raw: str | bytes) -> ObservationReply | StateReply | ErrorReply | SessionReply:
+def decode_reply(raw: str | bytes) -> ObservationReply | StateReply | ErrorReply | SessionReply | McpReply:
     """Decode one server frame; raises `ValueError` for anything that is not a known reply."""
     try:
         # Parsed and validated in one pass by pydantic-core: the common case, and fast.

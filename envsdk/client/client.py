@@ -44,6 +44,7 @@ from envsdk.errors import (
     ServerError,
     ServerShutdownError,
     SessionLostError,
+    ToolCallError,
 )
 from envsdk.protocol import (
     SHUTDOWN_CLOSE_REASON,
@@ -53,6 +54,8 @@ from envsdk.protocol import (
     ErrorCode,
     ErrorData,
     ErrorReply,
+    McpReply,
+    McpRequest,
     ObservationReply,
     ResetRequest,
     SessionInfo,
@@ -64,6 +67,7 @@ from envsdk.protocol import (
     decode_reply,
     encode,
 )
+from envsdk.tools import ToolSpec
 from envsdk.types import StepResult
 
 __all__ = ["EnvClient", "ServerKind", "error_from_frame", "websocket_url"]
@@ -224,6 +228,7 @@ class EnvClient:
         self._server_kind: ServerKind | None = None
         self._lost: SessionLostError | None = None
         self._closed = False
+        self._rpc_id = 0
 
     # ------------------------------------------------------------ properties
 
@@ -310,6 +315,42 @@ class EnvClient:
         if not isinstance(reply, StateReply):
             raise ProtocolError(f"Expected a state reply to state, got {reply.type!r}")
         return dict(reply.data)
+
+    async def list_tools(self) -> list[ToolSpec]:
+        """The tools of a tool environment (MCP ``tools/list`` on this session), from an
+        envsdk or an OpenEnv 0.10 server."""
+        result = await self._mcp("tools/list", {})
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            raise ProtocolError(f"tools/list answered without a tool list: {result!r:.200}")
+        return [ToolSpec.from_wire(t) for t in tools]
+
+    async def call_tool(self, name: str, /, **arguments: Any) -> Any:
+        """Call one tool on this session's env (MCP ``tools/call``) and return its value (the
+        result's ``data``). Raises `ToolCallError` for an unknown tool, bad arguments or a tool
+        that raised; `EnvTimeoutError` past the server's step deadline."""
+        result = await self._mcp("tools/call", {"name": name, "arguments": arguments})
+        if isinstance(result, dict) and "data" in result:
+            return result["data"]
+        return result
+
+    async def _mcp(self, method: str, params: dict[str, Any]) -> Any:
+        """One JSON-RPC request in a ``{"type": "mcp"}`` frame on the session's socket: the
+        same ordering, resume and exactly-once ids as a step."""
+        self._rpc_id += 1
+        payload = {"jsonrpc": "2.0", "id": self._rpc_id, "method": method, "params": params}
+        reply = await self._request(method, lambda rid: McpRequest(id=rid, data=payload))
+        if not isinstance(reply, McpReply):
+            raise ProtocolError(f"Expected an mcp reply to {method}, got {reply.type!r}")
+        error = reply.data.get("error")
+        if isinstance(error, dict):
+            data = error.get("data")
+            details = dict(data) if isinstance(data, dict) else {"data": data}
+            message = str(error.get("message", "unknown error"))
+            if details.get("code") == ErrorCode.TIMEOUT.value:
+                raise EnvTimeoutError(message, ErrorCode.TIMEOUT.value, details)
+            raise ToolCallError(message, str(error.get("code")), details)
+        return reply.data.get("result")
 
     # ------------------------------------------------------------ internals
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from envsdk.client.client import EnvClient, ServerKind
 from envsdk.errors import EnvTimeoutError
+from envsdk.tools import ToolSpec
 from envsdk.types import StepResult
 
 __all__ = ["OpenEnvWrapper", "background_loop"]
@@ -108,6 +109,12 @@ class OpenEnvWrapper:
 
     def state(self) -> dict[str, Any]:
         return self._run(self._client.state())
+
+    def list_tools(self) -> list[ToolSpec]:
+        return self._run(self._client.list_tools())
+
+    def call_tool(self, name: str, /, **arguments: Any) -> Any:
+        return self._run(self._client.call_tool(name, **arguments))
 
     def close(self) -> None:
         self._run(self._client.close())

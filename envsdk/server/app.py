@@ -17,7 +17,9 @@ and the session goes on. Frames beyond the WebSocket layer's own limit (uvicorn'
 by that layer with close code 1009. Binary frames are answered with INVALID_JSON.
 
 HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
-OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state`` (not in production mode,
+``ServerConfig.mode``). MCP (``POST /mcp``, ``WS /mcp``, ``{"type":"mcp"}`` on ``/ws``): see
+`envsdk.server.mcp`.
 
 Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (optional bearer
 token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
@@ -55,6 +57,7 @@ from envsdk.protocol import (
 from envsdk.server.auth import AccessControl
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
+from envsdk.server.mcp import mount_mcp, split_handle
 from envsdk.server.metrics import Metrics
 from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
 from envsdk.types import State
@@ -96,6 +99,12 @@ def create_app(
     ``create_app(Env, A, O, max_concurrent_envs=4)``. The app's lifespan shutdown closes every
     env and the pools; ``app.state.envsdk_config`` is the effective config.
     """
+    if not callable(env_factory):
+        # OpenEnv's own words, at build time rather than at the first connection.
+        raise TypeError(
+            f"env must be a callable (class or factory function), got {type(env_factory)}. "
+            f"Pass the environment class (e.g., MyEnvironment) not an instance (e.g., MyEnvironment())."
+        )
     base = config or ServerConfig()
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None
@@ -139,13 +148,14 @@ def create_app(
         from envsdk.web import mount_web
 
         mount_web(app, spec)
+    mount_mcp(app, table)
 
     @app.websocket(WS_PATH)
     async def ws_endpoint(ws: WebSocket) -> None:
         await ws.accept()
         executors.bind()
         query = ws.query_params
-        session_id, resume_token = query.get("session_id"), query.get("resume_token")
+        session_id, resume_token = split_handle(query.get("session_id"), query.get("resume_token"))
         if session_id is not None or resume_token is not None:
             found = table.find(session_id, resume_token)
             if found is None:
@@ -216,6 +226,9 @@ def create_app(
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus_metrics() -> str:
         return metrics.render(active_sessions=table.active, max_sessions=cfg.max_concurrent_envs)
+
+    if cfg.mode == "production":
+        return app
 
     @app.post("/reset")
     async def http_reset(body: dict[str, Any] | None = Body(default=None)) -> Any:

@@ -39,6 +39,13 @@ def _default_token() -> SecretStr | None:
     return SecretStr(raw) if raw else None
 
 
+def _default_mode() -> Literal["simulation", "production"]:
+    raw = os.environ.get("OPENENV_MODE", "").strip().lower() or "simulation"
+    if raw not in ("simulation", "production"):
+        raise ValueError(f"OPENENV_MODE must be 'simulation' or 'production', got {raw!r}")
+    return "production" if raw == "production" else "simulation"
+
+
 def _default_executor_workers() -> int:
     return min(32, (os.cpu_count() or 1) + 4)
 
@@ -132,6 +139,11 @@ class ServerConfig(BaseModel):
         ge=0,
         description="Graceful shutdown (SIGTERM under `envsdk.server.serve`): how long requests "
         "in flight may take to finish before every session is closed.",
+    )
+    mode: Literal["simulation", "production"] = Field(
+        default_factory=_default_mode,
+        description="OpenEnv's server mode: 'production' drops the HTTP /reset, /step and /state "
+        "routes (episodes run over /ws, tools over /mcp). Default: OPENENV_MODE, else 'simulation'.",
     )
     web: bool = Field(
         default_factory=_default_web,

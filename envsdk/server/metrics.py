@@ -23,6 +23,7 @@ class Metrics:
         self.sessions_closed = 0
         self.steps = 0
         self.resets = 0
+        self.tool_calls = 0
         self.errors: Counter[str] = Counter()
         self._step_buckets = [0] * (len(STEP_LATENCY_BUCKETS_S) + 1)
         self._step_sum_s = 0.0
@@ -52,6 +53,9 @@ class Metrics:
             "# HELP envsdk_steps_total Steps executed.",
             "# TYPE envsdk_steps_total counter",
             f"envsdk_steps_total {self.steps}",
+            "# HELP envsdk_tool_calls_total MCP tool calls executed (tools/call and call_tool actions).",
+            "# TYPE envsdk_tool_calls_total counter",
+            f"envsdk_tool_calls_total {self.tool_calls}",
             "# HELP envsdk_errors_total Error frames sent, by code.",
             "# TYPE envsdk_errors_total counter",
         ]

@@ -44,6 +44,7 @@ from envsdk.env import Environment
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
+    McpReply,
     SessionInfo,
     encode,
     encode_observation,
@@ -53,6 +54,7 @@ from envsdk.protocol import (
     validation_errors,
 )
 from envsdk.server.config import ServerConfig
+from envsdk.server import mcp
 from envsdk.server.executors import Executors, is_async_callable
 from envsdk.server.metrics import Metrics
 
@@ -264,8 +266,9 @@ class SessionTable:
 
     # ------------------------------------------------------------ sessions
 
-    async def open(self, connection: Connection) -> Session:
-        """A new session with a fresh env for `connection`; FrameError when refused."""
+    async def open(self, connection: Connection | None) -> Session:
+        """A new session with a fresh env for `connection` (None: a session created over MCP,
+        with no socket yet); FrameError when refused."""
         if self._closing:
             raise FrameError(ErrorCode.SHUTTING_DOWN, "Server is shutting down")
         n, cap = len(self._sessions), self.config.max_concurrent_envs
@@ -319,6 +322,14 @@ class SessionTable:
             session._expiry = loop.call_later(self.config.resume_window_s, self._expire, session)
         else:
             self.destroy(session)
+
+    def keep(self, session: Session) -> None:
+        """(Re)start the resume window of a resumable session that has no socket."""
+        if session.connection is not None or session.closed or not session.resumable:
+            return
+        if session._expiry is not None:
+            session._expiry.cancel()
+        session._expiry = asyncio.get_running_loop().call_later(self.config.resume_window_s, self._expire, session)
 
     def _expire(self, session: Session) -> None:
         session._expiry = None
@@ -437,6 +448,8 @@ class Session:
                 return await self._reset(request.data, rid)
             if kind == "state":
                 return await self._state(rid)
+            if kind == "mcp":
+                return encode(McpReply(id=rid, data=await mcp.answer(self, request.data)))
             return self._session_info(rid)
         except FrameError as exc:
             self.table.metrics.errors[exc.code.value] += 1
@@ -456,6 +469,8 @@ class Session:
             self.table.close_env_soon(env, after=fut)
 
     async def _step(self, data: dict[str, Any], rid: str | None) -> str:
+        if mcp.is_tool_action(self.table, data):  # tool calls need no episode, as in OpenEnv
+            return await mcp.step_tool_action(self, data, rid)
         env = self.env
         if env is None or self.phase is Phase.FRESH:
             raise self._not_reset()

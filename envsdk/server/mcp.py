@@ -1,0 +1,487 @@
+"""MCP on envsdk's server, on OpenEnv 0.10's wire: tool environments served to any MCP client.
+
+Routes and frames (all answer the JSON-RPC 2.0 methods ``tools/list``, ``tools/call``,
+``openenv/session/create`` and ``openenv/session/close``; any other method: -32601):
+
+* ``POST /mcp`` — one JSON-RPC request per HTTP request. With ``params.session_id`` it runs
+  on that session; without, on a throw-away env (built, called, closed), as OpenEnv does.
+* ``WS /mcp`` — a session per socket (capacity applies), JSON-RPC requests as text frames.
+* ``{"type": "mcp", "data": <request>}`` on ``/ws`` — on the socket's session; the reply is
+  ``{"type": "mcp", "data": <response>}``, and an envsdk request ``id`` makes it exactly-once.
+* step actions ``{"type": "list_tools"}`` and ``{"type": "call_tool", "tool_name": …,
+  "arguments": {…}}`` on a tool env: answered as observations shaped like OpenEnv's
+  ``ListToolsObservation`` / ``CallToolObservation`` (tool failures in ``error``).
+
+Sessions created over MCP, and OpenEnv's ``/ws?session_id=`` attach
+---------------------------------------------------------------------
+``openenv/session/create`` opens a session with no socket and answers a ``session_id`` that is
+the session's id and its resume token joined by a dot. That handle is what OpenEnv's
+``MCPToolClient`` passes back in ``params.session_id`` and in ``/ws?session_id=``, so attaching a
+socket is an ordinary envsdk resume: the token is still required (compared in constant time),
+only carried inside the handle. Such a session is resumable from birth: while no socket is
+attached it lives for ``resume_window_s`` after its last MCP call, like any detached session.
+``openenv/session/close`` on a session with a socket attached answers ``closing: true`` and the
+session ends when that socket goes.
+
+Every tool call is an env call and goes through `env_call`: the step deadline (TIMEOUT ends
+the episode, as a step's does), the env's executor lane, and the session's one-call-at-a-time
+order. Calls of envsdk tool methods run like ``step`` (sync ones in the thread pool, unless the
+env is ``INLINE_SYNC``); an OpenEnv ``MCPEnvironment``'s FastMCP tools run as FastMCP runs them.
+Needs the ``fastmcp`` package (``pip install 'envsdk[mcp]'``) for tool environments only.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+from fastapi import FastAPI, Request, WebSocket
+
+from envsdk.protocol import ErrorCode, FrameError, McpRequest, dumps, encode_observation
+from envsdk.tools import tool_methods, tool_signature
+
+if TYPE_CHECKING:
+    from envsdk.server.sessions import Session, SessionTable
+
+__all__ = ["MCP_PATH", "env_call", "mount_mcp", "answer", "step_tool_action", "split_handle", "is_tool_action"]
+
+logger = logging.getLogger("envsdk.server")
+
+MCP_PATH = "/mcp"
+
+# JSON-RPC 2.0 error codes, as MCP's library names them.
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
+    -32700, -32600, -32601, -32602, -32603,
+)
+SERVER_ERROR = -32000
+
+_HANDLE_SEPARATOR = "."
+_TOOL_ACTIONS = frozenset({"list_tools", "call_tool"})
+
+# The session a native tool method is being called for (set around each call, read by the
+# method's FastMCP wrapper, so one FastMCP server per env class serves every instance).
+_CALLER: contextvars.ContextVar[Session | None] = contextvars.ContextVar("envsdk_tool_caller", default=None)
+
+
+def _jsonrpc_codes() -> None:
+    # The codes above are MCP's; fail loudly at import if the library ever disagreed.
+    from mcp import types
+
+    assert (PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR) == (
+        types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR,
+    )
+
+
+async def env_call(session: Session, owner: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``owner.<method>(*args, **kwargs)`` as one env call of `session`: under the step
+    deadline, on the env's executor lane; TIMEOUT ends the episode like a timed-out step.
+
+    The one place a tool call enters the execution core. Raises `FrameError` (TIMEOUT,
+    EXECUTION_ERROR).
+    """
+    table = session.table
+    return await table.call(
+        owner, method, args, kwargs, table.deadline(session.env, "step_timeout_s"), session._abandon
+    )
+
+
+# ---------------------------------------------------------------- the MCP side of an env
+
+
+class _ToolCallFailed(Exception):
+    """A tool call that failed for a reason the caller should read (JSON-RPC code + message)."""
+
+    def __init__(self, code: int, message: str, error_type: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.error_type, self.data = code, message, error_type, data
+
+
+class _Tools:
+    """How one env's tools are listed and called: its FastMCP server and the tools in it."""
+
+    def __init__(self, server: Any, native: bool) -> None:
+        self.server = server
+        self.native = native
+        self._tools: dict[str, Any] | None = None
+
+    async def tools(self) -> dict[str, Any]:
+        if self._tools is None:
+            self._tools = {t.name: t for t in await self.server.list_tools()}
+        return self._tools
+
+    async def list(self) -> list[dict[str, Any]]:
+        return [t.to_mcp_tool().model_dump(mode="json") for t in (await self.tools()).values()]
+
+    async def call(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's MCP result as OpenEnv sends it; raises `_ToolCallFailed`."""
+        from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
+
+        session.table.metrics.tool_calls += 1
+        try:
+            if self.native:
+                found = (await self.tools()).get(name)
+                if found is None:
+                    raise NotFoundError(f"Unknown tool: {name!r}")
+                token = _CALLER.set(session)
+                try:
+                    result = await found.run(arguments)
+                finally:
+                    _CALLER.reset(token)
+            else:
+                result = await env_call(session, self.server, "call_tool", (name, arguments), {})
+        except FrameError as exc:
+            raise _failed_frame(name, exc) from None
+        except NotFoundError as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "tool_not_found") from None
+        except ValidationError as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "invalid_args") from None
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, FrameError):
+                raise _failed_frame(name, cause) from None
+            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "execution_error") from None
+        except Exception as exc:
+            if isinstance(exc.__cause__, FrameError):  # pydantic wraps nothing; fastmcp may
+                raise _failed_frame(name, exc.__cause__) from None
+            raise _ToolCallFailed(INTERNAL_ERROR, f"Error calling tool {name!r}: {exc}", "execution_error") from None
+        return _result_payload(result)
+
+
+def _failed_frame(name: str, exc: FrameError) -> _ToolCallFailed:
+    if exc.code is ErrorCode.TIMEOUT:
+        return _ToolCallFailed(SERVER_ERROR, exc.message, "timeout", {"code": exc.code.value, **exc.details})
+    return _ToolCallFailed(INTERNAL_ERROR, f"Error calling tool {name!r}: {exc.message}", "execution_error")
+
+
+def _result_payload(result: Any) -> dict[str, Any]:
+    """A FastMCP `ToolResult` in the shape OpenEnv's server sends (its client's `CallToolResult`):
+    ``content``, ``structured_content``, ``meta``, ``data`` (the value itself) and ``is_error``."""
+    structured = result.structured_content
+    meta = result.meta
+    wrapped = isinstance(meta, dict) and bool((meta.get("fastmcp") or {}).get("wrap_result"))
+    data = structured.get("result") if wrapped and isinstance(structured, dict) else structured
+    return {
+        "content": [block.model_dump(mode="json") for block in result.content],
+        "structured_content": structured,
+        "meta": meta,
+        "data": data,
+        "is_error": False,
+    }
+
+
+_NATIVE_SERVERS: dict[type, Any] = {}
+_INSTANCE_TOOLS: weakref.WeakKeyDictionary[Any, _Tools] = weakref.WeakKeyDictionary()
+
+
+def tools_of(env: Any) -> _Tools | None:
+    """The MCP side of `env`, or None when it has no tools."""
+    try:
+        cached = _INSTANCE_TOOLS.get(env)
+    except TypeError:  # not weak-referenceable: build it each time
+        cached = None
+    if cached is not None:
+        return cached
+    server = getattr(env, "mcp_server", None)
+    if server is not None:
+        found = _Tools(server, native=False)
+    else:
+        env_class = type(env)
+        if env_class not in _NATIVE_SERVERS:
+            methods = tool_methods(env_class)
+            if not methods:
+                return None
+            _NATIVE_SERVERS[env_class] = _native_server(env_class, methods)
+        found = _Tools(_NATIVE_SERVERS[env_class], native=True)
+    try:
+        _INSTANCE_TOOLS[env] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _native_server(env_class: type, methods: dict[str, Callable[..., Any]]) -> Any:
+    """One FastMCP server for every instance of `env_class`: each tool method becomes an async
+    FastMCP tool with the method's signature (so FastMCP derives the schema and checks the
+    arguments), whose body runs the method of the calling session's env through `env_call`."""
+    from fastmcp import FastMCP
+
+    server = FastMCP(env_class.__name__)
+    for name, function in methods.items():
+        server.tool(_routed(name, function), name=name)
+    return server
+
+
+def _routed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    full = tool_signature(function)
+    params = list(full.parameters.values())[1:]  # without self
+    signature = full.replace(parameters=params)
+
+    async def call(**kwargs: Any) -> Any:
+        session = _CALLER.get()
+        if session is None or session.env is None:
+            raise RuntimeError(f"tool {name!r} was called outside a session")
+        return await env_call(session, session.env, name, (), kwargs)
+
+    call.__name__ = name
+    call.__doc__ = inspect.getdoc(function)
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
+    if signature.return_annotation is not inspect.Signature.empty:
+        call.__annotations__["return"] = signature.return_annotation
+    return call
+
+
+# ---------------------------------------------------------------- JSON-RPC
+
+
+def _response(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    from mcp.types import ErrorData
+
+    return {"jsonrpc": "2.0", "id": request_id, "error": ErrorData(code=code, message=message, data=data).model_dump(mode="json")}
+
+
+def _parse(payload: Any) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
+    """(id, method, params) of a JSON-RPC request, or the error response to send instead."""
+    if not isinstance(payload, dict):
+        return _error(None, INVALID_REQUEST, "Invalid request: a JSON-RPC request is a JSON object")
+    request_id = payload.get("id")
+    method = payload.get("method")
+    if payload.get("jsonrpc") != "2.0" or not isinstance(method, str):
+        return _error(request_id, INVALID_REQUEST, "Invalid request: 'jsonrpc' must be \"2.0\" and 'method' a string")
+    params = payload.get("params")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return _error(request_id, INVALID_PARAMS, "Params must be an object")
+    return request_id, method, params
+
+
+async def answer(session: Session, payload: Any) -> dict[str, Any]:
+    """The JSON-RPC response to `payload` run on `session` (the caller holds its call order)."""
+    parsed = _parse(payload)
+    if isinstance(parsed, dict):
+        return parsed
+    request_id, method, params = parsed
+    if method == "openenv/session/create":
+        return _response(request_id, {"session_id": handle(session)})
+    if method == "openenv/session/close":
+        return _close(session.table, request_id, params, current=session)
+    return await _run_tool_method(session, request_id, method, params)
+
+
+async def _run_tool_method(session: Session, request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    if method not in ("tools/list", "tools/call"):
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+    env = session.env
+    if env is None:
+        return _error(request_id, SERVER_ERROR, "No environment: the previous call timed out; reset to start a new episode",
+                      {"code": ErrorCode.NOT_RESET.value})
+    tools = tools_of(env)
+    if tools is None:
+        return _error(request_id, INTERNAL_ERROR, "Environment does not support MCP")
+    if method == "tools/list":
+        return _response(request_id, {"tools": await tools.list()})
+    name = params.get("name")
+    arguments = params.get("arguments") or {}
+    if not isinstance(name, str) or not name:
+        return _error(request_id, INVALID_PARAMS, "Missing 'name' in params")
+    if not isinstance(arguments, dict):
+        return _error(request_id, INVALID_PARAMS, "'arguments' must be an object")
+    try:
+        return _response(request_id, await tools.call(session, name, arguments))
+    except _ToolCallFailed as exc:
+        return _error(request_id, exc.code, exc.message, exc.data)
+
+
+# ---------------------------------------------------------------- step actions
+
+
+def is_tool_action(table: SessionTable, data: dict[str, Any]) -> bool:
+    """Whether a step's `data` is OpenEnv's ``list_tools`` / ``call_tool`` action for this
+    server's tool env: never when the env's own action has a ``type`` field of its own (one
+    whose default is not an MCP action type, e.g. OpenEnv's ``CallToolAction``'s)."""
+    if data.get("type") not in _TOOL_ACTIONS:
+        return False
+    own = table.spec.action_type.model_fields.get("type")
+    return own is None or own.default in _TOOL_ACTIONS
+
+
+async def step_tool_action(session: Session, data: dict[str, Any], request_id: str | None) -> str:
+    """The observation frame answering a ``list_tools`` / ``call_tool`` step action."""
+    tools = tools_of(session.env) if session.env is not None else None
+    if tools is None:
+        raise FrameError(ErrorCode.VALIDATION_ERROR, f"{data.get('type')}: this environment has no tools")
+    if data["type"] == "list_tools":
+        body: dict[str, Any] = {"tools": [_openenv_tool(t) for t in await tools.list()], "metadata": {}}
+        return encode_observation(body, None, False, request_id=request_id)
+    name = data.get("tool_name")
+    arguments = data.get("arguments", {})
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise FrameError(
+            ErrorCode.VALIDATION_ERROR, "Invalid message",
+            errors=[{"type": "call_tool", "loc": ["data"], "msg": "call_tool needs 'tool_name' (a string) and 'arguments' (an object)"}],
+        )
+    body = {"tool_name": name, "result": None, "error": None, "metadata": {}}
+    try:
+        body["result"] = await tools.call(session, name, arguments)
+    except _ToolCallFailed as exc:
+        if exc.error_type == "timeout":
+            raise FrameError(ErrorCode.TIMEOUT, exc.message, **{k: v for k, v in (exc.data or {}).items() if k != "code"}) from None
+        body["error"] = {"error_type": exc.error_type, "message": exc.message}
+    return encode_observation(body, None, False, request_id=request_id)
+
+
+def _openenv_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    # OpenEnv's `Tool` (name, description, input_schema), what its MCP client parses.
+    return {"name": tool["name"], "description": tool.get("description") or "", "input_schema": tool.get("inputSchema") or {}}
+
+
+# ---------------------------------------------------------------- sessions over MCP
+
+
+def handle(session: Session) -> str:
+    """The ``session_id`` MCP clients get: the session's id and resume token (see module doc)."""
+    return f"{session.id}{_HANDLE_SEPARATOR}{session.resume_token}"
+
+
+def split_handle(session_id: str | None, resume_token: str | None) -> tuple[str | None, str | None]:
+    """``/ws`` query credentials: an MCP handle in ``session_id`` (and no ``resume_token``)
+    becomes the (id, token) pair of an envsdk resume; anything else is returned unchanged."""
+    if session_id and resume_token is None and _HANDLE_SEPARATOR in session_id:
+        sid, _, token = session_id.partition(_HANDLE_SEPARATOR)
+        return sid, token
+    return session_id, resume_token
+
+
+def _find(table: SessionTable, session_handle: Any) -> Session | None:
+    if not isinstance(session_handle, str):
+        return None
+    sid, token = split_handle(session_handle, None)
+    return table.find(sid, token)
+
+
+def _close(table: SessionTable, request_id: Any, params: dict[str, Any], current: Session | None) -> dict[str, Any]:
+    target = params.get("session_id")
+    if not target:
+        return _error(request_id, INVALID_PARAMS, "Invalid params - 'session_id' is required")
+    session = _find(table, target)
+    if session is None:
+        return _error(request_id, INVALID_PARAMS, f"Unknown session_id: {target}")
+    if session is current and session.connection is not None:
+        return _error(request_id, INVALID_REQUEST, "Cannot close active WebSocket-managed session via MCP method")
+    if session.connection is not None:
+        # Ends when its socket goes: detach destroys a session that is no longer resumable.
+        session.resumable = False
+        return _response(request_id, {"session_id": target, "closed": False, "closing": True})
+    table.destroy(session)
+    return _response(request_id, {"session_id": target, "closed": True})
+
+
+async def _run_on(session: Session, payload: Any) -> dict[str, Any]:
+    """`answer` under the session's call order (the same path as a ``/ws`` mcp frame)."""
+    if not isinstance(payload, dict):
+        return _error(None, INVALID_REQUEST, "Invalid request: a JSON-RPC request is a JSON object")
+    reply = await session.handle(McpRequest(data=payload))
+    decoded: dict[str, Any] = json.loads(reply)
+    if decoded.get("type") == "mcp":
+        return dict(decoded["data"])
+    error = decoded.get("data") or {}
+    return _error(payload.get("id"), SERVER_ERROR, str(error.get("message")), {"code": error.get("code")})
+
+
+async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
+    parsed = _parse(payload)
+    if isinstance(parsed, dict):
+        return parsed
+    request_id, method, params = parsed
+    if method == "openenv/session/create":
+        try:
+            session = await table.open(None)
+        except FrameError as exc:
+            table.metrics.errors[exc.code.value] += 1
+            return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
+        session.resumable = True
+        table.keep(session)
+        return _response(request_id, {"session_id": handle(session)})
+    if method == "openenv/session/close":
+        return _close(table, request_id, params, current=None)
+    if "session_id" in params:
+        session = _find(table, params["session_id"])
+        if session is None:
+            return _error(request_id, INVALID_PARAMS, f"Unknown session_id: {params['session_id']}")
+        reply = await _run_on(session, payload)
+        if session.connection is None and not session.closed:
+            table.keep(session)
+        return reply
+    if method not in ("tools/list", "tools/call"):
+        return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+    return await _stateless(table, request_id, method, params)
+
+
+async def _stateless(table: SessionTable, request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A tool method on a throw-away env, as OpenEnv answers ``/mcp`` without a session."""
+    from envsdk.server.sessions import Session
+
+    try:
+        env = await table.create_env()
+    except FrameError as exc:
+        return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
+    session = Session(table, None)
+    session.env = env
+    try:
+        return await _run_tool_method(session, request_id, method, params)
+    finally:
+        session.closed = True
+        if session.env is not None:  # None after a timeout: already closing
+            table.close_env_soon(session.env)
+
+
+def mount_mcp(app: FastAPI, table: SessionTable) -> None:
+    """Add ``POST /mcp`` and ``WS /mcp`` to `app` (the ``/ws`` side lives in the session)."""
+    _jsonrpc_codes()
+
+    @app.post(MCP_PATH)
+    async def mcp_post(request: Request) -> Any:
+        try:
+            payload = json.loads(await request.body())
+        except (ValueError, RecursionError) as exc:
+            return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+        return await _post(table, payload)
+
+    @app.websocket(MCP_PATH)
+    async def mcp_socket(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            session = await table.open(ws)
+        except FrameError as exc:
+            table.metrics.errors[exc.code.value] += 1
+            await ws.send_text(dumps(_error(None, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})))
+            await ws.close(code=1013 if exc.code is ErrorCode.CAPACITY_REACHED else 1000)
+            return
+        try:
+            while True:
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                text = message.get("text")
+                try:
+                    payload = json.loads(text if text is not None else message.get("bytes") or b"")
+                except (ValueError, RecursionError) as exc:
+                    reply = _error(None, PARSE_ERROR, f"Parse error: {exc}")
+                else:
+                    reply = await _run_on(session, payload)
+                try:
+                    await ws.send_text(dumps(reply))
+                except Exception:  # the peer is gone
+                    return
+        finally:
+            table.detach(session, ws)
+

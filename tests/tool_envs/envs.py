@@ -1,0 +1,66 @@
+"""A tool environment written against OpenEnv's own `MCPEnvironment` and FastMCP: the OpenEnv
+side of the MCP tests (each instance keeps its own running total, so sessions can be told apart)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastmcp import FastMCP
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+from openenv.core.env_server.types import Action, Observation, State
+
+__all__ = ["TallyMCPEnvironment", "CallToolAction", "CallToolObservation"]
+
+
+class TallyMCPEnvironment(MCPEnvironment):
+    """Tools: ``add(a, b)``, ``tally(x)`` (adds to this instance's total, returns it),
+    ``nap(seconds)`` (sleeps) and ``fail(message)`` (raises)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        server = FastMCP("tally")
+        self.total = 0
+
+        @server.tool
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        @server.tool
+        def tally(x: int) -> int:
+            """Add x to this session's running total and return the total."""
+            self.total += x
+            return self.total
+
+        @server.tool
+        async def nap(seconds: float) -> str:
+            """Sleep, then say so."""
+            import asyncio
+
+            await asyncio.sleep(seconds)
+            return "rested"
+
+        @server.tool
+        def fail(message: str) -> str:
+            """Raise an error with this message."""
+            raise ValueError(message)
+
+        super().__init__(server)
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
+        self.total = 0
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return Observation(done=False, reward=0.0, metadata={"total": self.total})
+
+    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        self._state.step_count += 1
+        return Observation(done=False, reward=0.0, metadata={"total": self.total, "t": time.time()})
+
+    @property
+    def state(self) -> State:
+        return self._state
