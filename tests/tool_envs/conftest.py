@@ -36,3 +36,14 @@ def openenv_tally_url() -> Iterator[str]:
     app = openenv_create_app(TallyMCPEnvironment, CallToolAction, CallToolObservation, max_concurrent_envs=8)
     with running_server(app) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def slow_url() -> Iterator[str]:
+    from envsdk.testing import EchoAction, EchoObservation
+
+    from .envs import SlowToolsEnvironment
+
+    app = create_app(SlowToolsEnvironment, EchoAction, EchoObservation, max_concurrent_envs=2)
+    with running_server(app) as url:
+        yield url

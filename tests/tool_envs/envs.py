@@ -12,7 +12,12 @@ from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
 
-__all__ = ["TallyMCPEnvironment", "CallToolAction", "CallToolObservation"]
+from envsdk.env import Environment
+from envsdk.testing import EchoAction, EchoObservation
+from envsdk.tools import tool
+from envsdk.types import State as EnvState
+
+__all__ = ["TallyMCPEnvironment", "SlowToolsEnvironment", "CallToolAction", "CallToolObservation"]
 
 
 class TallyMCPEnvironment(MCPEnvironment):
@@ -64,3 +69,36 @@ class TallyMCPEnvironment(MCPEnvironment):
     @property
     def state(self) -> State:
         return self._state
+
+
+class SlowToolsEnvironment(Environment[EchoAction, EchoObservation, EnvState]):
+    """An envsdk tool env whose tools sleep or count, for deadlines and exactly-once."""
+
+    step_timeout_s = 1.0
+
+    def __init__(self) -> None:
+        self._state = EnvState()
+        self.count = 0
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = EnvState(episode_id=episode_id or str(uuid.uuid4()))
+        return EchoObservation(echoed_message="ready")
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        return EchoObservation(echoed_message=action.message)
+
+    @property
+    def state(self) -> EnvState:
+        return self._state
+
+    @tool
+    def slow(self, seconds: float) -> str:
+        """Sleep for `seconds`."""
+        time.sleep(seconds)
+        return "awake"
+
+    @tool
+    async def bump(self) -> int:
+        """Count one more and return the count."""
+        self.count += 1
+        return self.count
