@@ -3,6 +3,7 @@
 * ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``.
 * ``openenv``: openenv's own ``create_app`` with an echo environment written against openenv's
   base classes, reproducing what a user of OpenEnv runs.
+* ``envsdk-tools``: the same, with one tool (``echo``) for comparing tool calls with steps.
 * ``bare``: a bare asyncio ``websockets`` server speaking the same frames, with no framework:
   the ceiling for this machine.
 
@@ -19,7 +20,7 @@ import json
 import resource
 from typing import Any
 
-KINDS = ("envsdk", "openenv", "bare")
+KINDS = ("envsdk", "openenv", "bare", "envsdk-tools")
 
 
 def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
@@ -31,6 +32,24 @@ def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
 
     return create_app(
         EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions, inline_sync=inline_sync, web=False
+    )
+
+
+def envsdk_tools_app(max_sessions: int, inline_sync: bool = True) -> Any:
+    """envsdk serving the echo env with one tool, ``echo(message)``, that does what its step does."""
+    from envsdk.server import create_app
+    from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
+    from envsdk.tools import tool
+
+    class EchoToolEnvironment(EchoEnvironment):
+        @tool
+        def echo(self, message: str) -> str:
+            """Echo the message back."""
+            self._state.step_count += 1
+            return message
+
+    return create_app(
+        EchoToolEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions, inline_sync=inline_sync, web=False
     )
 
 
@@ -107,10 +126,11 @@ def main() -> None:
             settings[key] = getattr(args, key)
     if args.deflate is not None:
         settings["ws_per_message_deflate"] = args.deflate
-    if args.kind == "envsdk":
+    if args.kind in ("envsdk", "envsdk-tools"):
         from envsdk.server import serve
 
-        serve(envsdk_app(args.max_sessions, args.inline), "127.0.0.1", args.port, **settings)
+        build = envsdk_app if args.kind == "envsdk" else envsdk_tools_app
+        serve(build(args.max_sessions, args.inline), "127.0.0.1", args.port, **settings)
         return
     import uvicorn
 

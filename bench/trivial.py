@@ -126,7 +126,7 @@ class _Shared:
             self.first_error = repr(exc)[:300]
 
 
-async def _session(url: str, shared: _Shared, gate: asyncio.Event, slots: asyncio.Semaphore) -> None:
+async def _session(url: str, shared: _Shared, gate: asyncio.Event, slots: asyncio.Semaphore, step: str) -> None:
     from websockets.asyncio.client import connect
 
     try:
@@ -140,7 +140,7 @@ async def _session(url: str, shared: _Shared, gate: asyncio.Event, slots: asynci
         await gate.wait()
         perf = time.perf_counter
         latencies = shared.latencies
-        frames = (RESET, *([STEP] * STEPS_PER_RESET))
+        frames = (RESET, *([step] * STEPS_PER_RESET))
         while perf() < shared.stop_at:
             for frame in frames:
                 t0 = perf()
@@ -159,11 +159,11 @@ async def _session(url: str, shared: _Shared, gate: asyncio.Event, slots: asynci
         await ws.close()
 
 
-async def _drive(url: str, sessions: int, duration: float, pipe: Connection) -> None:
+async def _drive(url: str, sessions: int, duration: float, pipe: Connection, step: str) -> None:
     shared = _Shared()
     gate = asyncio.Event()
     slots = asyncio.Semaphore(CONNECT_CONCURRENCY)
-    tasks = [asyncio.ensure_future(_session(url, shared, gate, slots)) for _ in range(sessions)]
+    tasks = [asyncio.ensure_future(_session(url, shared, gate, slots, step)) for _ in range(sessions)]
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while shared.connected + shared.errors < sessions and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -197,21 +197,24 @@ async def _drive(url: str, sessions: int, duration: float, pipe: Connection) -> 
     )
 
 
-def _worker(url: str, sessions: int, duration: float, pipe: Connection) -> None:
+def _worker(url: str, sessions: int, duration: float, pipe: Connection, step: str) -> None:
     raise_open_files_limit()
-    asyncio.run(_drive(url, sessions, duration, pipe))
+    asyncio.run(_drive(url, sessions, duration, pipe, step))
 
 
-def run_level(kind: str, url: str, sessions: int, duration: float, pid: int, procs: int) -> LevelResult:
+def run_level(
+    kind: str, url: str, sessions: int, duration: float, pid: int, procs: int, step: str = STEP
+) -> LevelResult:
     """Drive `sessions` sessions of the server at `url` (process `pid`) for `duration` s, from
-    `procs` load-generator processes; every wait is bounded."""
+    `procs` load-generator processes; every wait is bounded. `step` is the frame each session
+    sends three times after each reset."""
     procs = max(1, min(procs, sessions))
     ctx = mp.get_context("spawn")
     workers = []
     for i in range(procs):
         share = sessions // procs + (1 if i < sessions % procs else 0)
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(url, share, duration, child), daemon=True)
+        proc = ctx.Process(target=_worker, args=(url, share, duration, child, step), daemon=True)
         proc.start()
         workers.append((proc, parent))
     result = LevelResult(kind, sessions)

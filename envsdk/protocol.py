@@ -60,6 +60,7 @@ __all__ = [
     "error_reply",
     "session_reply",
     "encode_observation",
+    "encode_mcp",
     "dumps",
 ]
 
@@ -382,6 +383,14 @@ def encode_observation(
     if request_id is None:
         return dumps({"type": "observation", "data": data})
     return dumps({"id": request_id, "type": "observation", "data": data})
+
+
+def encode_mcp(response: dict[str, Any], *, request_id: str | None = None) -> str:
+    """``encode(McpReply(data=response, id=request_id))``, the same text, without building the
+    model (the tool-call hot path). `response` must be JSON data."""
+    if request_id is None:
+        return dumps({"type": "mcp", "data": response})
+    return dumps({"id": request_id, "type": "mcp", "data": response})
 
 
 def observation_reply(

@@ -53,7 +53,9 @@ logger = logging.getLogger("envsdk.server")
 
 MCP_PATH = "/mcp"
 
-# JSON-RPC 2.0 error codes, as MCP's library names them.
+# JSON-RPC 2.0 error codes (the values of `mcp.types`' constants; a test pins them). The
+# envelope is built here, not with the `mcp` package, so that every envsdk server answers /mcp
+# (OpenEnv's validator requires it) without that optional dependency; tool envs need it.
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700, -32600, -32601, -32602, -32603,
 )
@@ -65,15 +67,6 @@ _TOOL_ACTIONS = frozenset({"list_tools", "call_tool"})
 # The session a native tool method is being called for (set around each call, read by the
 # method's FastMCP wrapper, so one FastMCP server per env class serves every instance).
 _CALLER: contextvars.ContextVar[Session | None] = contextvars.ContextVar("envsdk_tool_caller", default=None)
-
-
-def _jsonrpc_codes() -> None:
-    # The codes above are MCP's; fail loudly at import if the library ever disagreed.
-    from mcp import types
-
-    assert (PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR) == (
-        types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR,
-    )
 
 
 async def env_call(session: Session, owner: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -101,12 +94,20 @@ class _ToolCallFailed(Exception):
 
 
 class _Tools:
-    """How one env's tools are listed and called: its FastMCP server and the tools in it."""
+    """How one env's tools are listed and called: its FastMCP server and the tools in it.
+
+    An OpenEnv ``MCPEnvironment``'s tools are called through its FastMCP server, as OpenEnv
+    does. envsdk tool methods (`native`) take the short path: their arguments are checked with
+    the pydantic adapter FastMCP built for the tool, and a plain value (str, int, float, bool)
+    is shaped into the same result FastMCP's conversion gives (anything else goes through
+    FastMCP's conversion), so a tool call costs about what a step costs.
+    """
 
     def __init__(self, server: Any, native: bool) -> None:
         self.server = server
         self.native = native
         self._tools: dict[str, Any] | None = None
+        self._adapters: dict[str, Any] = {}
 
     async def tools(self) -> dict[str, Any]:
         if self._tools is None:
@@ -119,36 +120,56 @@ class _Tools:
     async def call(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The call's MCP result as OpenEnv sends it; raises `_ToolCallFailed`."""
         from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
+        from pydantic import ValidationError as ArgumentsError
 
         session.table.metrics.tool_calls += 1
         try:
             if self.native:
-                found = (await self.tools()).get(name)
-                if found is None:
-                    raise NotFoundError(f"Unknown tool: {name!r}")
-                token = _CALLER.set(session)
-                try:
-                    result = await found.run(arguments)
-                finally:
-                    _CALLER.reset(token)
-            else:
-                result = await env_call(session, self.server, "call_tool", (name, arguments), {})
+                return await self._call_native(session, name, arguments)
+            return _result_payload(await env_call(session, self.server, "call_tool", (name, arguments), {}))
         except FrameError as exc:
             raise _failed_frame(name, exc) from None
         except NotFoundError as exc:
             raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "tool_not_found") from None
-        except ValidationError as exc:
-            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "invalid_args") from None
+        except (ValidationError, ArgumentsError) as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, f"Invalid arguments for tool {name!r}: {exc}", "invalid_args") from None
         except ToolError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, FrameError):
-                raise _failed_frame(name, cause) from None
+            if isinstance(exc.__cause__, FrameError):
+                raise _failed_frame(name, exc.__cause__) from None
             raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "execution_error") from None
         except Exception as exc:
-            if isinstance(exc.__cause__, FrameError):  # pydantic wraps nothing; fastmcp may
-                raise _failed_frame(name, exc.__cause__) from None
             raise _ToolCallFailed(INTERNAL_ERROR, f"Error calling tool {name!r}: {exc}", "execution_error") from None
-        return _result_payload(result)
+
+    async def _call_native(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        from fastmcp.exceptions import NotFoundError
+        from fastmcp.utilities.types import get_cached_typeadapter
+
+        found = (await self.tools()).get(name)
+        if found is None:
+            raise NotFoundError(f"Unknown tool: {name!r}")
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            adapter = self._adapters[name] = get_cached_typeadapter(found.fn)
+        token = _CALLER.set(session)
+        try:
+            value = await adapter.validate_python(arguments)
+        finally:
+            _CALLER.reset(token)
+        if type(value) in _PLAIN and value == value and isinstance(found.output_schema, dict) and found.output_schema.get(
+            "x-fastmcp-wrap-result"
+        ):
+            text = value if isinstance(value, str) else dumps(value)
+            return {
+                "content": [{"type": "text", "text": text, "annotations": None, "meta": None}],
+                "structured_content": {"result": value},
+                "meta": {"fastmcp": {"wrap_result": True}},
+                "data": value,
+                "is_error": False,
+            }
+        return _result_payload(found.convert_result(value))
+
+
+_PLAIN = (str, int, float, bool)
 
 
 def _failed_frame(name: str, exc: FrameError) -> _ToolCallFailed:
@@ -173,33 +194,26 @@ def _result_payload(result: Any) -> dict[str, Any]:
     }
 
 
-_NATIVE_SERVERS: dict[type, Any] = {}
+_NATIVE_TOOLS: dict[type, _Tools | None] = {}
 _INSTANCE_TOOLS: weakref.WeakKeyDictionary[Any, _Tools] = weakref.WeakKeyDictionary()
 
 
 def tools_of(env: Any) -> _Tools | None:
-    """The MCP side of `env`, or None when it has no tools."""
-    try:
-        cached = _INSTANCE_TOOLS.get(env)
-    except TypeError:  # not weak-referenceable: build it each time
-        cached = None
-    if cached is not None:
-        return cached
+    """The MCP side of `env`, or None when it has no tools (one per envsdk tool env class; one
+    per OpenEnv ``MCPEnvironment`` instance, whose FastMCP server is its own)."""
     server = getattr(env, "mcp_server", None)
-    if server is not None:
-        found = _Tools(server, native=False)
-    else:
+    if server is None:
         env_class = type(env)
-        if env_class not in _NATIVE_SERVERS:
+        if env_class not in _NATIVE_TOOLS:
             methods = tool_methods(env_class)
-            if not methods:
-                return None
-            _NATIVE_SERVERS[env_class] = _native_server(env_class, methods)
-        found = _Tools(_NATIVE_SERVERS[env_class], native=True)
+            _NATIVE_TOOLS[env_class] = _Tools(_native_server(env_class, methods), native=True) if methods else None
+        return _NATIVE_TOOLS[env_class]
     try:
-        _INSTANCE_TOOLS[env] = found
-    except TypeError:
-        pass
+        found = _INSTANCE_TOOLS.get(env)
+    except TypeError:  # not weak-referenceable: built for each call
+        return _Tools(server, native=False)
+    if found is None or found.server is not server:
+        found = _INSTANCE_TOOLS[env] = _Tools(server, native=False)
     return found
 
 
@@ -218,7 +232,9 @@ def _native_server(env_class: type, methods: dict[str, Callable[..., Any]]) -> A
 def _routed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     full = tool_signature(function)
     params = list(full.parameters.values())[1:]  # without self
-    signature = full.replace(parameters=params)
+    returns = full.return_annotation
+    # `-> None` read from source is NoneType to FastMCP; a bare None would mean "no schema".
+    signature = full.replace(parameters=params, return_annotation=type(None) if returns is None else returns)
 
     async def call(**kwargs: Any) -> Any:
         session = _CALLER.get()
@@ -243,9 +259,7 @@ def _response(request_id: Any, result: Any) -> dict[str, Any]:
 
 
 def _error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    from mcp.types import ErrorData
-
-    return {"jsonrpc": "2.0", "id": request_id, "error": ErrorData(code=code, message=message, data=data).model_dump(mode="json")}
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
 
 
 def _parse(payload: Any) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
@@ -284,11 +298,15 @@ async def _run_tool_method(session: Session, request_id: Any, method: str, param
     if env is None:
         return _error(request_id, SERVER_ERROR, "No environment: the previous call timed out; reset to start a new episode",
                       {"code": ErrorCode.NOT_RESET.value})
-    tools = tools_of(env)
-    if tools is None:
-        return _error(request_id, INTERNAL_ERROR, "Environment does not support MCP")
-    if method == "tools/list":
-        return _response(request_id, {"tools": await tools.list()})
+    try:
+        tools = tools_of(env)
+        if tools is None:
+            return _error(request_id, INTERNAL_ERROR, "Environment does not support MCP")
+        if method == "tools/list":
+            return _response(request_id, {"tools": await tools.list()})
+    except Exception as exc:  # a tool declaration FastMCP cannot take: the caller learns why
+        logger.warning("listing the tools of %s failed: %r", type(env).__name__, exc)
+        return _error(request_id, INTERNAL_ERROR, f"Cannot list the tools of {type(env).__name__}: {exc}")
     name = params.get("name")
     arguments = params.get("arguments") or {}
     if not isinstance(name, str) or not name:
@@ -445,8 +463,13 @@ async def _stateless(table: SessionTable, request_id: Any, method: str, params: 
 
 
 def mount_mcp(app: FastAPI, table: SessionTable) -> None:
-    """Add ``POST /mcp`` and ``WS /mcp`` to `app` (the ``/ws`` side lives in the session)."""
-    _jsonrpc_codes()
+    """Add ``POST /mcp`` and ``WS /mcp`` to `app` (the ``/ws`` side lives in the session).
+
+    An envsdk tool env class gets its FastMCP server now: importing FastMCP takes seconds, which
+    must not land on the event loop at the first tool call."""
+    factory = table.spec.factory
+    if isinstance(factory, type) and getattr(factory, "mcp_server", None) is None and tool_methods(factory):
+        _NATIVE_TOOLS.setdefault(factory, _Tools(_native_server(factory, tool_methods(factory)), native=True))
 
     @app.post(MCP_PATH)
     async def mcp_post(request: Request) -> Any:

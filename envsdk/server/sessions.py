@@ -44,9 +44,9 @@ from envsdk.env import Environment
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
-    McpReply,
     SessionInfo,
     encode,
+    encode_mcp,
     encode_observation,
     error_reply,
     session_reply,
@@ -449,7 +449,7 @@ class Session:
             if kind == "state":
                 return await self._state(rid)
             if kind == "mcp":
-                return encode(McpReply(id=rid, data=await mcp.answer(self, request.data)))
+                return encode_mcp(await mcp.answer(self, request.data), request_id=rid)
             return self._session_info(rid)
         except FrameError as exc:
             self.table.metrics.errors[exc.code.value] += 1
