@@ -60,7 +60,7 @@ from envsdk.server.executors import Executors
 from envsdk.server.mcp import mount_mcp, split_handle
 from envsdk.server.metrics import Metrics
 from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
-from envsdk.types import State
+from envsdk.types import Action, Observation, State
 
 __all__ = ["create_app"]
 
@@ -85,15 +85,17 @@ class _HTTPStepBody(BaseModel):
 
 def create_app(
     env_factory: type[Environment[Any, Any, Any]] | Callable[[], Environment[Any, Any, Any]],
-    action_type: type[BaseModel],
-    observation_type: type[BaseModel],
+    action_type: type[BaseModel] | None,
+    observation_type: type[BaseModel] | None,
     *,
     state_type: type[BaseModel] = State,
     config: ServerConfig | None = None,
     **config_overrides: Any,
 ) -> FastAPI:
     """Build the app that serves `env_factory` (an Environment subclass or a zero-argument
-    callable returning an env instance; called once per session).
+    callable returning an env instance; called once per session). An instance is refused
+    with OpenEnv's TypeError. `action_type` / `observation_type` None: envsdk's base `Action` /
+    `Observation` (an env driven by its tools, as OpenEnv's ``create_fastapi_app(env, None, None)``).
 
     `config_overrides` are `ServerConfig` fields applied on top of `config` (or the defaults):
     ``create_app(Env, A, O, max_concurrent_envs=4)``. The app's lifespan shutdown closes every
@@ -105,6 +107,8 @@ def create_app(
             f"env must be a callable (class or factory function), got {type(env_factory)}. "
             f"Pass the environment class (e.g., MyEnvironment) not an instance (e.g., MyEnvironment())."
         )
+    action_type = action_type or Action
+    observation_type = observation_type or Observation
     base = config or ServerConfig()
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None

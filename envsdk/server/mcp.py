@@ -26,12 +26,14 @@ session ends when that socket goes.
 Every tool call is an env call and goes through `env_call`: the step deadline (TIMEOUT ends
 the episode, as a step's does), the env's executor lane, and the session's one-call-at-a-time
 order. Calls of envsdk tool methods run like ``step`` (sync ones in the thread pool, unless the
-env is ``INLINE_SYNC``); an OpenEnv ``MCPEnvironment``'s FastMCP tools run as FastMCP runs them.
+env is ``INLINE_SYNC``); an OpenEnv ``MCPEnvironment``'s tools are called through its FastMCP
+client session, held open for the env's life as OpenEnv holds it, and run as FastMCP runs them.
 Needs the ``fastmcp`` package (``pip install 'envsdk[mcp]'``) for tool environments only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import json
@@ -94,18 +96,51 @@ class _ToolCallFailed(Exception):
 
 
 class _Tools:
-    """How one env's tools are listed and called: its FastMCP server and the tools in it.
+    """How one env's tools are listed and called (see `_NativeTools`, `_McpEnvTools`)."""
 
-    An OpenEnv ``MCPEnvironment``'s tools are called through its FastMCP server, as OpenEnv
-    does. envsdk tool methods (`native`) take the short path: their arguments are checked with
-    the pydantic adapter FastMCP built for the tool, and a plain value (str, int, float, bool)
-    is shaped into the same result FastMCP's conversion gives (anything else goes through
-    FastMCP's conversion), so a tool call costs about what a step costs.
-    """
+    async def list(self) -> list[dict[str, Any]]:
+        """``tools/list``'s tools, as MCP ``Tool`` objects in JSON."""
+        raise NotImplementedError
 
-    def __init__(self, server: Any, native: bool) -> None:
+    async def _invoke(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def release(self) -> None:
+        """Let go of whatever the tools hold open (called before the env is closed)."""
+
+    async def call(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's MCP result as OpenEnv sends it; raises `_ToolCallFailed`."""
+        from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
+        from pydantic import ValidationError as ArgumentsError
+
+        session.table.metrics.tool_calls += 1
+        try:
+            return await self._invoke(session, name, arguments)
+        except FrameError as exc:
+            raise _failed_frame(name, exc) from None
+        except NotFoundError as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "tool_not_found") from None
+        except (ValidationError, ArgumentsError) as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, f"Invalid arguments for tool {name!r}: {exc}", "invalid_args") from None
+        except ToolError as exc:
+            if isinstance(exc.__cause__, FrameError):
+                raise _failed_frame(name, exc.__cause__) from None
+            message = str(exc)
+            kind = "tool_not_found" if message.startswith("Unknown tool") else "execution_error"
+            raise _ToolCallFailed(INTERNAL_ERROR, message, kind) from None
+        except Exception as exc:
+            raise _ToolCallFailed(INTERNAL_ERROR, f"Error calling tool {name!r}: {exc}", "execution_error") from None
+
+
+class _NativeTools(_Tools):
+    """envsdk ``@tool`` methods of one env class: a FastMCP server built once for the class
+    gives the schemas and checks the arguments (with the pydantic adapter FastMCP builds for
+    the tool); the method runs through `env_call` on the calling session's env. A plain value
+    (str, int, float, bool) is shaped into the result FastMCP's conversion gives (anything else
+    goes through that conversion), so a tool call costs about what a step costs."""
+
+    def __init__(self, server: Any) -> None:
         self.server = server
-        self.native = native
         self._tools: dict[str, Any] | None = None
         self._adapters: dict[str, Any] = {}
 
@@ -117,30 +152,7 @@ class _Tools:
     async def list(self) -> list[dict[str, Any]]:
         return [t.to_mcp_tool().model_dump(mode="json") for t in (await self.tools()).values()]
 
-    async def call(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The call's MCP result as OpenEnv sends it; raises `_ToolCallFailed`."""
-        from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
-        from pydantic import ValidationError as ArgumentsError
-
-        session.table.metrics.tool_calls += 1
-        try:
-            if self.native:
-                return await self._call_native(session, name, arguments)
-            return _result_payload(await env_call(session, self.server, "call_tool", (name, arguments), {}))
-        except FrameError as exc:
-            raise _failed_frame(name, exc) from None
-        except NotFoundError as exc:
-            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "tool_not_found") from None
-        except (ValidationError, ArgumentsError) as exc:
-            raise _ToolCallFailed(INTERNAL_ERROR, f"Invalid arguments for tool {name!r}: {exc}", "invalid_args") from None
-        except ToolError as exc:
-            if isinstance(exc.__cause__, FrameError):
-                raise _failed_frame(name, exc.__cause__) from None
-            raise _ToolCallFailed(INTERNAL_ERROR, str(exc), "execution_error") from None
-        except Exception as exc:
-            raise _ToolCallFailed(INTERNAL_ERROR, f"Error calling tool {name!r}: {exc}", "execution_error") from None
-
-    async def _call_native(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _invoke(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         from fastmcp.exceptions import NotFoundError
         from fastmcp.utilities.types import get_cached_typeadapter
 
@@ -155,9 +167,8 @@ class _Tools:
             value = await adapter.validate_python(arguments)
         finally:
             _CALLER.reset(token)
-        if type(value) in _PLAIN and value == value and isinstance(found.output_schema, dict) and found.output_schema.get(
-            "x-fastmcp-wrap-result"
-        ):
+        schema = found.output_schema
+        if type(value) in _PLAIN and value == value and isinstance(schema, dict) and schema.get("x-fastmcp-wrap-result"):
             text = value if isinstance(value, str) else dumps(value)
             return {
                 "content": [{"type": "text", "text": text, "annotations": None, "meta": None}],
@@ -170,6 +181,82 @@ class _Tools:
 
 
 _PLAIN = (str, int, float, bool)
+
+
+class _McpEnvTools(_Tools):
+    """An OpenEnv ``MCPEnvironment`` instance's tools, reached as OpenEnv reaches them: through
+    the env's FastMCP client session (``env.mcp_session()``), held open for the env's life, so
+    FastMCP's per-session state (``ctx.set_state``) and middleware behave as under OpenEnv.
+
+    The session is entered and left in one task of its own (`_hold`): never in a request's task,
+    which the server may cancel."""
+
+    def __init__(self, env: Any) -> None:
+        self.server = env.mcp_server
+        self._env = weakref.ref(env)
+        self._client: asyncio.Future[Any] | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+
+    async def client(self) -> Any:
+        if self._client is None:
+            env = self._env()
+            if env is None:
+                raise RuntimeError("the environment is gone")
+            self._client = asyncio.get_running_loop().create_future()
+            self._holder = asyncio.ensure_future(_hold(env, self.server, self._client, self._done))
+        return await asyncio.shield(self._client)
+
+    async def list(self) -> list[dict[str, Any]]:
+        client = await self.client()
+        return [t.model_dump(mode="json") for t in await client.list_tools()]
+
+    async def _invoke(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        client = await self.client()
+        result = await env_call(session, client, "call_tool", (name, arguments), {})
+        return {
+            "content": [block.model_dump(mode="json") for block in result.content],
+            "structured_content": result.structured_content,
+            "meta": result.meta,
+            "data": _jsonable(result.data),
+            "is_error": bool(result.is_error),
+        }
+
+    async def release(self) -> None:
+        self._done.set()
+        if self._holder is not None:
+            await asyncio.wait({self._holder}, timeout=_RELEASE_TIMEOUT_S)
+
+
+_RELEASE_TIMEOUT_S = 10.0
+
+
+async def _hold(env: Any, server: Any, ready: asyncio.Future[Any], done: asyncio.Event) -> None:
+    try:
+        factory = getattr(env, "mcp_session", None)
+        if callable(factory):
+            context = factory()
+        else:
+            from fastmcp import Client
+
+            context = Client(server)
+        async with context as client:
+            ready.set_result(client)
+            await done.wait()
+    except Exception as exc:
+        if not ready.done():
+            ready.set_exception(exc)
+        else:
+            logger.warning("closing the MCP session of %s raised %r", type(env).__name__, exc)
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return to_jsonable_python(value)
+    except Exception:  # an object FastMCP built from the output schema that pydantic cannot dump
+        return str(value)
 
 
 def _failed_frame(name: str, exc: FrameError) -> _ToolCallFailed:
@@ -194,8 +281,8 @@ def _result_payload(result: Any) -> dict[str, Any]:
     }
 
 
-_NATIVE_TOOLS: dict[type, _Tools | None] = {}
-_INSTANCE_TOOLS: weakref.WeakKeyDictionary[Any, _Tools] = weakref.WeakKeyDictionary()
+_NATIVE_TOOLS: dict[type, _NativeTools | None] = {}
+_INSTANCE_TOOLS: weakref.WeakKeyDictionary[Any, _McpEnvTools] = weakref.WeakKeyDictionary()
 
 
 def tools_of(env: Any) -> _Tools | None:
@@ -206,15 +293,22 @@ def tools_of(env: Any) -> _Tools | None:
         env_class = type(env)
         if env_class not in _NATIVE_TOOLS:
             methods = tool_methods(env_class)
-            _NATIVE_TOOLS[env_class] = _Tools(_native_server(env_class, methods), native=True) if methods else None
+            _NATIVE_TOOLS[env_class] = _NativeTools(_native_server(env_class, methods)) if methods else None
         return _NATIVE_TOOLS[env_class]
-    try:
-        found = _INSTANCE_TOOLS.get(env)
-    except TypeError:  # not weak-referenceable: built for each call
-        return _Tools(server, native=False)
+    found = _INSTANCE_TOOLS.get(env)
     if found is None or found.server is not server:
-        found = _INSTANCE_TOOLS[env] = _Tools(server, native=False)
+        found = _INSTANCE_TOOLS[env] = _McpEnvTools(env)
     return found
+
+
+async def release(env: Any) -> None:
+    """Before `env` is closed: close the MCP client session its tools hold (if any)."""
+    try:
+        found = _INSTANCE_TOOLS.pop(env, None)
+    except TypeError:  # not weak-referenceable, so never held
+        return
+    if found is not None:
+        await found.release()
 
 
 def _native_server(env_class: type, methods: dict[str, Callable[..., Any]]) -> Any:
@@ -469,7 +563,7 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
     must not land on the event loop at the first tool call."""
     factory = table.spec.factory
     if isinstance(factory, type) and getattr(factory, "mcp_server", None) is None and tool_methods(factory):
-        _NATIVE_TOOLS.setdefault(factory, _Tools(_native_server(factory, tool_methods(factory)), native=True))
+        _NATIVE_TOOLS.setdefault(factory, _NativeTools(_native_server(factory, tool_methods(factory))))
 
     @app.post(MCP_PATH)
     async def mcp_post(request: Request) -> Any:

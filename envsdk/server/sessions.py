@@ -157,6 +157,7 @@ class SessionTable:
     async def _close_env(self, env: Any, after: asyncio.Future[Any] | None) -> None:
         if after is not None:
             await asyncio.wait({after})
+        await mcp.release(env)
         try:
             if self.runs_inline(type(env), "close", env.close):
                 result = env.close()
