@@ -36,6 +36,7 @@ from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvNotFoundError, EnvSDKError
 from envsdk.registry import PluginLoadError, envs, import_object, load_plugin, load_plugins
 from envsdk.types import Action, Observation, State
+from pydantic import BaseModel
 
 __all__ = [
     "RULES",
@@ -63,6 +64,10 @@ RULES: dict[str, str] = {
     "step.seed_determinism": "the same seed and the same replies must give the same episode",
     "step.after_done_refused": "a step after the episode ended must be refused (raise)",
     "close.idempotent": "close must succeed when called twice",
+    "tools.list": "a tool environment must list its tools (MCP tools/list)",
+    "tools.reserved_names": "no tool may be named reset, step, state or close",
+    "tools.schemas": "every tool's input schema must be a JSON object schema",
+    "tools.call": "a tool must answer a call with arguments its schema allows, with a JSON result",
 }
 
 #: Replies the checker plays when none are given: a mix of common action formats, so that many
@@ -322,7 +327,102 @@ def _sample_action(action_type: type[Action], rng: random.Random, replies: Seque
     return action_type(**values)
 
 
+def _is_openenv_model(value: Any, field_name: str) -> bool:
+    """An OpenEnv (openenv.core) model with `field_name`: OpenEnv's Observation and State are
+    pydantic models that are not envsdk's classes, and `create_app` serves them as well."""
+    return (
+        isinstance(value, BaseModel)
+        and field_name in type(value).model_fields
+        and any((klass.__module__ or "").startswith("openenv.") for klass in type(value).__mro__)
+    )
+
+
+def _is_environment(value: Any) -> bool:
+    """An envsdk `Environment`, or an OpenEnv one (which `create_app` serves as well)."""
+    if isinstance(value, Environment):
+        return True
+    return any(
+        klass.__name__ == "Environment" and (klass.__module__ or "").startswith("openenv.")
+        for klass in type(value).__mro__
+    )
+
+
+_JSON_SAMPLES: dict[str, Any] = {"integer": 1, "number": 1.0, "string": "hello", "boolean": True}
+
+
+async def _check_tools(factory: Callable[[], Any], report: CheckReport, seed: int) -> None:
+    """The tool rules, for an env with tools (envsdk ``@tool`` methods or an OpenEnv
+    ``MCPEnvironment``), on an instance of its own: listed, names not reserved, object schemas,
+    and one call answered."""
+    from envsdk.tools import RESERVED_TOOL_NAMES, is_tool_env
+
+    env = factory()
+    try:
+        if not is_tool_env(env):
+            for rule in ("tools.list", "tools.reserved_names", "tools.schemas", "tools.call"):
+                report.skipped[rule] = "not a tool environment"
+            return
+        from envsdk.server.mcp import release, tools_of
+
+        await _maybe_await(env.reset(seed=seed, episode_id=_EPISODE_ID))
+        tools = tools_of(env)
+        try:
+            listed = await _call("tools.list", "tools/list", tools.list) if tools is not None else []
+            if not listed:
+                _fail("tools.list", "the environment has no tools")
+            report.passed.append("tools.list")
+            reserved = sorted(t["name"] for t in listed if t["name"] in RESERVED_TOOL_NAMES)
+            if reserved:
+                _fail("tools.reserved_names", f"tools named {reserved}")
+            report.passed.append("tools.reserved_names")
+            for entry in listed:
+                schema = entry.get("inputSchema")
+                if not isinstance(schema, dict) or schema.get("type") != "object":
+                    _fail("tools.schemas", f"tool {entry['name']!r} has input schema {_describe(schema)}")
+            report.passed.append("tools.schemas")
+            await _check_one_tool_call(env, tools, listed, report)
+        finally:
+            await release(env)
+    finally:
+        await _maybe_await(env.close())
+
+
+async def _check_one_tool_call(env: Any, tools: Any, listed: list[dict[str, Any]], report: CheckReport) -> None:
+    for entry in listed:
+        schema = entry["inputSchema"]
+        properties = schema.get("properties") or {}
+        required = schema.get("required") or []
+        if all(str(properties.get(name, {}).get("type")) in _JSON_SAMPLES for name in required):
+            arguments = {name: _JSON_SAMPLES[str(properties[name]["type"])] for name in required}
+            break
+    else:
+        report.skipped["tools.call"] = "no tool has only arguments the checker can fill (integer, number, string, boolean)"
+        return
+    name = entry["name"]
+    from envsdk.server.mcp import _NativeTools
+
+    if isinstance(tools, _NativeTools):
+        try:
+            value = await _maybe_await(getattr(env, name)(**arguments))
+        except Exception:  # noqa: BLE001 - a tool may refuse the checker's arguments: it answered
+            report.passed.append("tools.call")
+            return
+        try:
+            (await tools.tools())[name].convert_result(value)  # what the server would send
+        except Exception as exc:
+            _fail("tools.call", f"{name}({arguments}) returned {_describe(value)}, which cannot be sent: {exc}")
+    else:
+        try:
+            client = await tools.client()
+            await client.call_tool(name, arguments, raise_on_error=False)
+        except Exception as exc:
+            _fail("tools.call", f"{name}({arguments}) failed in transport: {type(exc).__name__}: {exc}")
+    report.passed.append("tools.call")
+
+
 def _check_observation(rule: str, obs: Any, what: str) -> Observation:
+    if _is_openenv_model(obs, "done"):
+        return obs  # type: ignore[no-any-return]
     if not isinstance(obs, Observation):
         _fail(rule, f"{what} must return an Observation instance, got {_describe(obs)}")
     if obs.reward is not None and not (_is_number(obs.reward) or isinstance(obs.reward, bool)):
@@ -356,7 +456,7 @@ async def _check_server_environment(
 ) -> None:
     env, twin = factory(), factory()
     for instance in (env, twin):
-        if not isinstance(instance, Environment):
+        if not _is_environment(instance):
             _fail("factory.returns", f"got {_describe(instance)}")
     report.passed.append("factory.returns")
 
@@ -367,9 +467,10 @@ async def _check_server_environment(
     )
     report.passed.append("reset.returns")
     guard.check("reset")
-    if not isinstance(env.state, State):
+    if not isinstance(env.state, State) and not _is_openenv_model(env.state, "step_count"):
         _fail("state.returns", f"got {_describe(env.state)}")
     report.passed.append("state.returns")
+    await _check_tools(factory, report, seed)
 
     twin_first = await _call("reset.returns", "reset", twin.reset, seed=seed, episode_id=_EPISODE_ID)
     if twin_first != first:
