@@ -290,15 +290,41 @@ def tools_of(env: Any) -> _Tools | None:
     per OpenEnv ``MCPEnvironment`` instance, whose FastMCP server is its own)."""
     server = getattr(env, "mcp_server", None)
     if server is None:
-        env_class = type(env)
-        if env_class not in _NATIVE_TOOLS:
-            methods = tool_methods(env_class)
-            _NATIVE_TOOLS[env_class] = _NativeTools(_native_server(env_class, methods)) if methods else None
-        return _NATIVE_TOOLS[env_class]
+        return tools_of_class(type(env))
     found = _INSTANCE_TOOLS.get(env)
     if found is None or found.server is not server:
         found = _INSTANCE_TOOLS[env] = _McpEnvTools(env)
     return found
+
+
+async def describe_tools(factory: Callable[[], Any]) -> list[dict[str, Any]] | None:
+    """The tools an env of `factory` lists (``tools/list`` entries), or None for an env without
+    tools; an OpenEnv ``MCPEnvironment`` is built once for it, then released and closed."""
+    from envsdk.tools import is_tool_env
+
+    if isinstance(factory, type):
+        if not is_tool_env(factory):
+            return None
+        if getattr(factory, "mcp_server", None) is None and tool_methods(factory):
+            native = tools_of_class(factory)
+            return await native.list() if native is not None else None
+    env = await asyncio.to_thread(factory)
+    try:
+        tools = tools_of(env)
+        return await tools.list() if tools is not None else None
+    finally:
+        await release(env)
+        closing = env.close()
+        if inspect.isawaitable(closing):
+            await closing
+
+
+def tools_of_class(env_class: type) -> _NativeTools | None:
+    """The tools of an envsdk tool env class (None without ``@tool`` methods)."""
+    if env_class not in _NATIVE_TOOLS:
+        methods = tool_methods(env_class)
+        _NATIVE_TOOLS[env_class] = _NativeTools(_native_server(env_class, methods)) if methods else None
+    return _NATIVE_TOOLS[env_class]
 
 
 async def release(env: Any) -> None:
@@ -562,8 +588,8 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
     An envsdk tool env class gets its FastMCP server now: importing FastMCP takes seconds, which
     must not land on the event loop at the first tool call."""
     factory = table.spec.factory
-    if isinstance(factory, type) and getattr(factory, "mcp_server", None) is None and tool_methods(factory):
-        _NATIVE_TOOLS.setdefault(factory, _NativeTools(_native_server(factory, tool_methods(factory))))
+    if isinstance(factory, type) and getattr(factory, "mcp_server", None) is None:
+        tools_of_class(factory)
 
     @app.post(MCP_PATH)
     async def mcp_post(request: Request) -> Any:

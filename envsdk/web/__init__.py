@@ -9,8 +9,10 @@ server.
   actions (JSON, or text for an action with a single string field), see the observation,
   reward, done and verdict, and the server's live figures from ``/health`` and ``/metrics``.
 * ``GET /web/api/info`` — what the page needs to know of the env: name, action and observation
-  JSON schemas, the action's single string field (if it has exactly one), and the reset
-  parameters when they can be read from the env's ``reset`` signature.
+  JSON schemas, the action's single string field (if it has exactly one), the reset
+  parameters when they can be read from the env's ``reset`` signature, and for a tool env its
+  tools (name, description, input schema): the page then shows a tool picker, one form per
+  tool from its schema, and calls the tool over ``/ws`` (``{"type": "mcp"}``).
 * ``POST /web/api/sudoku/hints`` and ``POST /web/api/sudoku/reward`` — for observations with a
   9×9 ``board``: the hints and the five reward components exactly as `SudokuScheduler`
   computes them (see `envsdk.web.sudoku`), so the page never re-implements them in JS.
@@ -115,6 +117,10 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
 
     @app.get(WEB_PATH + "/api/info")
     async def web_info() -> dict[str, Any]:
+        if "tools" not in info:
+            from envsdk.server.mcp import describe_tools
+
+            info["tools"] = await describe_tools(spec.factory)
         return info
 
     @app.post(WEB_PATH + "/api/sudoku/hints")

@@ -179,3 +179,30 @@ def test_page_drives_a_generic_env_behind_a_token(browser: WebDriver) -> None:
         seen = json.loads(browser.find_element(By.ID, "model-view").get_attribute("textContent") or "{}")
         assert seen["echoed_message"] == "hello" and seen["message_length"] == 5
         wait.until(lambda d: _text(d, "stat-steps") == "1")
+
+
+def test_page_shows_a_tool_picker_and_calls_a_tool_of_a_tool_env(browser: WebDriver) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    from examples.ledger_tools import create_ledger_app
+
+    with running_server(create_ledger_app()) as url:
+        browser.get(f"{url}/web")
+        wait = WebDriverWait(browser, 20)
+        wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+        assert browser.find_element(By.ID, "tools-panel").is_displayed()
+        picker = Select(browser.find_element(By.ID, "tool-select"))
+        assert [o.text for o in picker.options] == ["deposit", "withdraw", "balance"]
+        browser.find_element(By.ID, "seed").send_keys("3")
+        browser.find_element(By.ID, "reset-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "done") == "false")
+        start = json.loads(browser.find_element(By.ID, "obs-json").get_attribute("textContent") or "{}")["observation"]["balance"]
+        amount = browser.find_element(By.CSS_SELECTOR, "#tool-form [data-arg='amount']")
+        assert amount.get_attribute("type") == "number"
+        amount.send_keys("7")
+        browser.find_element(By.ID, "tool-call-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "tool-result") == str(start + 7))
+        picker.select_by_visible_text("withdraw")
+        browser.find_element(By.CSS_SELECTOR, "#tool-form [data-arg='amount']").send_keys("999")
+        browser.find_element(By.ID, "tool-call-btn").click()
+        wait.until(lambda d: _idle(d) and "cannot withdraw" in _text(d, "tool-result"))

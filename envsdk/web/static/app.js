@@ -382,6 +382,101 @@
     }
   }
 
+  // ------------------------------------------------------------------ tools (tool envs)
+
+  let rpcId = 0;
+
+  function toolByName(name) {
+    return (page.info.tools || []).find((t) => t.name === name);
+  }
+
+  function showToolForm() {
+    const tool = toolByName($("tool-select").value);
+    const form = $("tool-form");
+    form.replaceChildren();
+    if (!tool) return;
+    $("tool-description").textContent = tool.description || "";
+    const schema = tool.inputSchema || {};
+    const required = new Set(schema.required || []);
+    for (const [name, prop] of Object.entries(schema.properties || {})) {
+      const label = document.createElement("label");
+      label.textContent = `${name}${required.has(name) ? "" : " (optional)"} `;
+      const input = document.createElement(prop.type === "object" || prop.type === "array" ? "textarea" : "input");
+      input.dataset.arg = name;
+      input.dataset.kind = prop.type || "string";
+      if (prop.type === "integer" || prop.type === "number") input.type = "number";
+      else if (prop.type === "boolean") input.type = "checkbox";
+      else if (input.tagName === "INPUT") input.type = "text";
+      if (prop.description) input.title = prop.description;
+      label.appendChild(input);
+      form.appendChild(label);
+    }
+  }
+
+  function readToolArguments() {
+    const args = {};
+    for (const input of $("tool-form").querySelectorAll("[data-arg]")) {
+      const kind = input.dataset.kind;
+      if (kind === "boolean") args[input.dataset.arg] = input.checked;
+      else if (input.value === "") continue;
+      else if (kind === "integer" || kind === "number") args[input.dataset.arg] = Number(input.value);
+      else if (kind === "object" || kind === "array") args[input.dataset.arg] = JSON.parse(input.value);
+      else args[input.dataset.arg] = input.value;
+    }
+    return args;
+  }
+
+  async function doCallTool() {
+    clearError();
+    const name = $("tool-select").value;
+    let args;
+    try {
+      args = readToolArguments();
+    } catch (err) {
+      showError(`arguments: ${err.message}`);
+      return;
+    }
+    setBusy(true);
+    try {
+      rpcId += 1;
+      const reply = await request({
+        type: "mcp", data: { jsonrpc: "2.0", id: rpcId, method: "tools/call", params: { name, arguments: args } },
+      });
+      if (reply.type === "error") {
+        showError(describeError(reply.data));
+        return;
+      }
+      const rpc = reply.data || {};
+      const shown = `${name}(${JSON.stringify(args)})`;
+      if (rpc.error) {
+        $("tool-result").textContent = `error ${rpc.error.code}: ${rpc.error.message}`;
+        addHistory(`${shown} → error`, true);
+      } else {
+        $("tool-result").textContent = JSON.stringify(rpc.result.data, null, 2);
+        addHistory(`${shown} → ${JSON.stringify(rpc.result.data)}`, false);
+      }
+    } catch (err) {
+      showError(err.message);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  function setUpTools() {
+    const tools = page.info.tools;
+    if (!Array.isArray(tools) || tools.length === 0) return;
+    const select = $("tool-select");
+    for (const tool of tools) {
+      const option = document.createElement("option");
+      option.value = option.textContent = tool.name;
+      select.appendChild(option);
+    }
+    select.addEventListener("change", showToolForm);
+    $("tool-call-btn").addEventListener("click", doCallTool);
+    showToolForm();
+    $("tools-panel").hidden = false;
+  }
+
   // ------------------------------------------------------------------ start
 
   async function start() {
@@ -407,6 +502,7 @@
     syncActionInputs();
     const params = page.info.reset_parameters;
     $("variant-label").hidden = Array.isArray(params) && !params.includes("env_id");
+    setUpTools();
     $("reset-btn").addEventListener("click", doReset);
     $("step-btn").addEventListener("click", doStep);
     $("action-text").addEventListener("keydown", (event) => {
