@@ -2,8 +2,9 @@
 
 `MultiTurnScheduler` is the hook protocol (ms-swift's, plus ``on_trajectory_end`` always
 called); `GYMScheduler` runs local `Env`s, `OpenEnvScheduler` remote OpenEnv-compatible
-servers, `SudokuScheduler` TextArena Sudoku with shaped rewards and hints. Importing this
-package registers them in `envsdk.registry.schedulers` as ``gym``, ``openenv`` and ``sudoku``.
+servers, `SudokuScheduler` TextArena Sudoku with shaped rewards and hints, `ToolScheduler` any
+tool environment through the model's tool calls. Importing this package registers them in
+`envsdk.registry.schedulers` as ``gym``, ``openenv``, ``sudoku`` and ``tools``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from envsdk.schedulers.base import (
 )
 from envsdk.schedulers.gym import GYMScheduler
 from envsdk.schedulers.openenv import DEFAULT_BASE_URL, EnvSession, OpenEnvScheduler
+from envsdk.schedulers.tools import ToolScheduler, parse_tool_call
 from envsdk.schedulers.sudoku import (
     SUDOKU_SYSTEM_MESSAGE,
     SudokuEpisode,
@@ -45,6 +47,8 @@ __all__ = [
     "EnvSession",
     "DEFAULT_BASE_URL",
     "SudokuScheduler",
+    "ToolScheduler",
+    "parse_tool_call",
     "SudokuEpisode",
     "SudokuHints",
     "SudokuReward",
@@ -53,6 +57,8 @@ __all__ = [
     "sudoku_hints",
 ]
 
-for _name, _cls in (("gym", GYMScheduler), ("openenv", OpenEnvScheduler), ("sudoku", SudokuScheduler)):
+for _name, _cls in (
+    ("gym", GYMScheduler), ("openenv", OpenEnvScheduler), ("sudoku", SudokuScheduler), ("tools", ToolScheduler),
+):
     if _name not in _registry:
         _registry[_name] = _cls

@@ -1,0 +1,124 @@
+"""`ToolScheduler`: any tool environment (envsdk ``@tool`` methods or an OpenEnv
+``MCPEnvironment``) driven by a model's tool calls, with no adapter written per environment.
+
+At the start of a trajectory the tools are discovered over MCP (OpenEnv's ``list_tools`` step
+action, which every client, pool and server here speaks) and listed in the system message, in
+the ``<tools>`` block Qwen/Hermes chat templates use. Each model reply is read for one tool call
+(``<tool_call>{"name": …, "arguments": {…}}</tool_call>``, or that JSON object alone) and sent as
+OpenEnv's ``call_tool`` step action; the tool's value (or its error) is the next user message.
+A reply without a tool call ends the episode (status ``done``, reason ``no tool call``).
+
+Reward: a tool env reports its episode reward in its state's ``reward`` field (see
+examples/ledger_tools.py); it is read before the session closes and becomes the trajectory's
+``total_reward``. Registered in `envsdk.registry.schedulers` as ``tools``; under ms-swift the
+same scheduler runs through the bridge of examples/swift (``make_core`` returning it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.openenv import OpenEnvScheduler
+
+__all__ = ["ToolScheduler", "parse_tool_call", "TOOLS_SYSTEM_MESSAGE"]
+
+TOOLS_SYSTEM_MESSAGE = (
+    "You may call one of these tools per reply. Tools:\n<tools>\n{tools}\n</tools>\n"
+    'Call a tool as <tool_call>{{"name": <tool name>, "arguments": <JSON object>}}</tool_call>.'
+)
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def parse_tool_call(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The (name, arguments) of the first tool call in a reply, or None when it has none."""
+    found = _TOOL_CALL.search(text)
+    body = found.group(1) if found else text.strip()
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):  # some templates send the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    return (call["name"], arguments) if isinstance(arguments, dict) else None
+
+
+class ToolScheduler(OpenEnvScheduler):
+    """`OpenEnvScheduler` for tool environments: replies are tool calls, observations their
+    values; see the module docstring. Takes `OpenEnvScheduler`'s arguments."""
+
+    async def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        await super().on_trajectory_start(trajectory)
+        listed, _ = await self.env_step(trajectory, {"type": "list_tools"})
+        tools = _as_observation(listed.observation).get("tools") or []
+        described = "\n".join(
+            json.dumps({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
+                                                        "parameters": t.get("input_schema") or t.get("inputSchema") or {}}})
+            for t in tools
+        )
+        block = TOOLS_SYSTEM_MESSAGE.format(tools=described)
+        messages = trajectory.messages
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}"}
+        else:
+            messages.insert(0, {"role": "system", "content": block})
+
+    async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
+        call = parse_tool_call(response_text)
+        if call is None:
+            trajectory.finish("done", "no tool call")
+            return {"done": True, "rollout_infos": {"total_reward": trajectory.total_reward}}
+        name, arguments = call
+        action = {"type": "call_tool", "tool_name": name, "arguments": arguments}
+        result, duration = await self.env_step(trajectory, action)
+        observation = _as_observation(result.observation)
+        trajectory.steps.append(
+            StepRecord(turn=turn, action=action, observation=observation, reward=0.0, done=bool(result.done),
+                       info={"tool_error": observation.get("error")} if observation.get("error") else {},
+                       duration_s=duration)
+        )
+        return {"done": bool(result.done), "rollout_infos": {"tool_calls": len(trajectory.steps)}}
+
+    def format_observation(self, obs: dict[str, Any]) -> str:
+        if "tool_name" in obs:
+            error = obs.get("error")
+            if error:
+                return f"error: {error.get('message', error) if isinstance(error, dict) else error}"
+            result = obs.get("result")
+            value = result.get("data") if isinstance(result, dict) and "data" in result else result
+            return value if isinstance(value, str) else json.dumps(value, default=str)
+        return super().format_observation(obs)
+
+    async def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        try:
+            reward = await self._state_reward(trajectory)
+            if reward is not None:
+                trajectory.total_reward = reward
+                trajectory.rollout_infos["total_reward"] = reward
+        finally:
+            await super().on_trajectory_end(trajectory)
+
+    async def _state_reward(self, trajectory: Trajectory) -> float | None:
+        episode = trajectory.runtime
+        read_state = getattr(getattr(episode, "session", None), "state", None)
+        if read_state is None:
+            return None
+        try:
+            state = await read_state()
+        except Exception:  # the session is gone: the episode has no reward to report
+            return None
+        reward = state.get("reward") if isinstance(state, dict) else None
+        return float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
+
+
+def _as_observation(observation: Any) -> dict[str, Any]:
+    return observation if isinstance(observation, dict) else {}

@@ -1,0 +1,68 @@
+"""`ToolScheduler`: a tool env played through a policy's tool calls, on envsdk's server and on
+OpenEnv's own; the tools are discovered over MCP and the calls counted by the server."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from envsdk.env import RolloutRequest
+from envsdk.registry import schedulers
+from envsdk.schedulers import ToolScheduler, parse_tool_call
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class LedgerSolver:
+    """Reads balance and target from the first observation, makes one move, then stops."""
+
+    async def act(self, messages: list[dict[str, Any]]) -> str:
+        if messages[-1]["role"] == "user" and len(messages) > 2:
+            return "Done."
+        first = json.loads(messages[1]["content"])
+        gap = first["target"] - first["balance"]
+        if gap == 0:
+            return '<tool_call>{"name": "balance", "arguments": {}}</tool_call>'
+        name = "deposit" if gap > 0 else "withdraw"
+        return f'<tool_call>{{"name": "{name}", "arguments": {{"amount": {abs(gap)}}}}}</tool_call>'
+
+
+class Tallier:
+    async def act(self, messages: list[dict[str, Any]]) -> str:
+        turn = sum(m["role"] == "assistant" for m in messages)
+        calls = ['{"name": "tally", "arguments": {"x": 4}}', '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+                 '<tool_call>{"name": "tally", "arguments": "{\\"x\\": 1}"}</tool_call>']
+        return calls[turn] if turn < len(calls) else "finished"
+
+
+def test_parse_tool_call_reads_tagged_bare_and_string_arguments() -> None:
+    assert parse_tool_call('x <tool_call>{"name": "a", "arguments": {"k": 1}}</tool_call> y') == ("a", {"k": 1})
+    assert parse_tool_call('{"name": "a"}') == ("a", {})
+    assert parse_tool_call('{"name": "a", "arguments": "{\\"k\\": 2}"}') == ("a", {"k": 2})
+    assert parse_tool_call("no call") is None and parse_tool_call('{"arguments": {}}') is None
+
+
+async def test_tool_scheduler_plays_the_ledger_to_its_reward(ledger_url: str) -> None:
+    assert schedulers["tools"] is ToolScheduler
+    before = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.M).group(1))  # type: ignore[union-attr]
+    scheduler = ToolScheduler(base_url=ledger_url, max_turns=4)
+    requests = [RolloutRequest(data_dict={"env_config": {"seed": s}}) for s in range(6)]
+    done = await scheduler.run(requests, LedgerSolver())
+    assert [t.status for t in done] == ["done"] * 6
+    assert all(t.total_reward == 1.0 and t.rollout_infos["total_reward"] == 1.0 for t in done)
+    assert "<tools>" in done[0].messages[0]["content"] and '"name": "deposit"' in done[0].messages[0]["content"]
+    after = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.M).group(1))  # type: ignore[union-attr]
+    assert after - before == 6
+
+
+async def test_tool_scheduler_drives_an_mcp_environment_on_openenvs_own_server(openenv_tally_url: str) -> None:
+    scheduler = ToolScheduler(base_url=openenv_tally_url, max_turns=5)
+    [trajectory] = await scheduler.run([RolloutRequest()], Tallier())
+    assert trajectory.status == "done" and trajectory.reason == "no tool call"
+    replies = [m["content"] for m in trajectory.messages if m["role"] == "user"][1:]
+    assert replies[0] == "4" and "Unknown tool" in replies[1] and replies[2] == "5"
+    assert len(trajectory.steps) == 3 and trajectory.steps[1].info["tool_error"]["error_type"] == "tool_not_found"
