@@ -22,8 +22,9 @@ This module needs no MCP library; the server builds the MCP side (`envsdk.server
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["RESERVED_TOOL_NAMES", "ToolSpec", "tool", "tool_methods", "is_tool_env"]
 

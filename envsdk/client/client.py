@@ -75,7 +75,7 @@ __all__ = ["EnvClient", "ServerKind", "error_from_frame", "websocket_url"]
 logger = logging.getLogger("envsdk.client")
 
 ServerKind = Literal["envsdk", "openenv"]
-_Reply = ObservationReply | StateReply | ErrorReply | SessionReply
+_Reply = ObservationReply | StateReply | ErrorReply | SessionReply | McpReply
 
 _ERROR_CLASSES: dict[str, type[ServerError]] = {
     ErrorCode.CAPACITY_REACHED.value: CapacityError,

@@ -30,7 +30,7 @@ TOOLS_SYSTEM_MESSAGE = (
     'Call a tool as <tool_call>{{"name": <tool name>, "arguments": <JSON object>}}</tool_call>.'
 )
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
 def parse_tool_call(text: str) -> tuple[str, dict[str, Any]] | None:

@@ -38,8 +38,10 @@ import contextvars
 import inspect
 import json
 import logging
+import math
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, WebSocket
 
@@ -168,7 +170,8 @@ class _NativeTools(_Tools):
         finally:
             _CALLER.reset(token)
         schema = found.output_schema
-        if type(value) in _PLAIN and value == value and isinstance(schema, dict) and schema.get("x-fastmcp-wrap-result"):
+        plain = type(value) in _PLAIN and not (isinstance(value, float) and not math.isfinite(value))
+        if plain and isinstance(schema, dict) and schema.get("x-fastmcp-wrap-result"):
             text = value if isinstance(value, str) else dumps(value)
             return {
                 "content": [{"type": "text", "text": text, "annotations": None, "meta": None}],
@@ -552,12 +555,12 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
     if method == "openenv/session/close":
         return _close(table, request_id, params, current=None)
     if "session_id" in params:
-        session = _find(table, params["session_id"])
-        if session is None:
+        target = _find(table, params["session_id"])
+        if target is None:
             return _error(request_id, INVALID_PARAMS, f"Unknown session_id: {params['session_id']}")
-        reply = await _run_on(session, payload)
-        if session.connection is None and not session.closed:
-            table.keep(session)
+        reply = await _run_on(target, payload)
+        if target.connection is None and not target.closed:
+            table.keep(target)
         return reply
     if method not in ("tools/list", "tools/call"):
         return _error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")

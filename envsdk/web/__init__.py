@@ -95,7 +95,7 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
             "or turn the page off with ServerConfig(web=False) / ENVSDK_WEB=0"
         )
     page = index.read_text(encoding="utf-8")
-    info = {
+    info: dict[str, Any] = {
         "name": spec.name,
         "description": spec.description,
         "action_schema": spec.action_type.model_json_schema(),

@@ -6,7 +6,6 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +19,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from envsdk.integrations.trl import tool_environment_factory
-
 from envsdk.testing import running_server
 from examples.ledger_tools import create_ledger_app
 
@@ -30,7 +28,7 @@ STEPS = 2
 
 
 def _tool_calls(url: str) -> int:
-    found = re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{url}/metrics", timeout=5).text, re.M)
+    found = re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{url}/metrics", timeout=5).text, re.MULTILINE)
     assert found
     return int(found.group(1))
 

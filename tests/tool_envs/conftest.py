@@ -13,6 +13,7 @@ pytest.importorskip("openenv")
 from envsdk.server import create_app
 from envsdk.testing import running_server
 from examples.ledger_tools import create_ledger_app
+
 from .envs import CallToolAction, CallToolObservation, TallyMCPEnvironment
 
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def _tool_calls(url: str) -> int:
     text = httpx.get(f"{url}/metrics", timeout=5).text
-    found = re.search(r"^envsdk_tool_calls_total (\d+)$", text, re.M)
+    found = re.search(r"^envsdk_tool_calls_total (\d+)$", text, re.MULTILINE)
     assert found, text
     return int(found.group(1))
 

@@ -48,14 +48,14 @@ def test_parse_tool_call_reads_tagged_bare_and_string_arguments() -> None:
 
 async def test_tool_scheduler_plays_the_ledger_to_its_reward(ledger_url: str) -> None:
     assert schedulers["tools"] is ToolScheduler
-    before = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.M).group(1))  # type: ignore[union-attr]
+    before = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.MULTILINE).group(1))  # type: ignore[union-attr]
     scheduler = ToolScheduler(base_url=ledger_url, max_turns=4)
     requests = [RolloutRequest(data_dict={"env_config": {"seed": s}}) for s in range(6)]
     done = await scheduler.run(requests, LedgerSolver())
     assert [t.status for t in done] == ["done"] * 6
     assert all(t.total_reward == 1.0 and t.rollout_infos["total_reward"] == 1.0 for t in done)
     assert "<tools>" in done[0].messages[0]["content"] and '"name": "deposit"' in done[0].messages[0]["content"]
-    after = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.M).group(1))  # type: ignore[union-attr]
+    after = int(re.search(r"^envsdk_tool_calls_total (\d+)$", httpx.get(f"{ledger_url}/metrics").text, re.MULTILINE).group(1))  # type: ignore[union-attr]
     assert after - before == 6
 
 

@@ -18,11 +18,16 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envsdk.client.sync import OpenEnvWrapper
 from envsdk.errors import CapacityError
-from envsdk.integrations.trl._common import EnvironmentCapacityError, EpisodeError, _world_size
+from envsdk.integrations.trl._common import (
+    EnvironmentCapacityError,
+    EpisodeError,
+    _world_size,
+)
 from envsdk.tools import RESERVED_TOOL_NAMES, ToolSpec
 
 try:
