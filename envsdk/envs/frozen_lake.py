@@ -268,7 +268,7 @@ class FrozenLakeRubric(Rubric):
 
     def forward(self, action: Any, observation: Transition) -> float:
         scores = (self.goal(action, observation), self.progress(action, observation), self.format(action, observation))
-        return sum(w * s for w, s in zip(self.weights, scores))
+        return float(sum(w * s for w, s in zip(self.weights, scores)))
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": list(self.weights)}

@@ -40,7 +40,6 @@ from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.games.sudoku import MOVE_RE, Board, count_filled
 from envsdk.protocol import ErrorCode
-from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
 from servers.sudoku.models import (
     LastMove,
     MoveVerdict,
@@ -50,6 +49,7 @@ from servers.sudoku.models import (
     SudokuState,
     TextArenaMessage,
 )
+from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
 
 __all__ = [
     "SUDOKU_ENV_IDS",

@@ -16,7 +16,7 @@ import pytest
 
 oe = pytest.importorskip("openenv.core.rubrics", reason="needs the real openenv package (test extra)")
 
-import envsdk.rewards as ev  # noqa: E402
+import envsdk.rewards as ev
 
 PACKAGES = {"openenv": oe, "envsdk": ev}
 
@@ -186,13 +186,17 @@ async def test_async_children_give_the_same_scores_as_openenv() -> None:
     assert results["envsdk"] == results["openenv"]
 
 
+class _DoneObservation(dict[str, float]):
+    """A final observation: a dict the leaves read, with ``done`` set as trajectory rubrics expect."""
+
+    done = True
+
+
 def test_exponential_discounting_credits_steps_like_openenv() -> None:
     for pkg in PACKAGES.values():
         episode = _leaf_classes(pkg)["Episode"](gamma=0.5)
         rewards = [episode(step, {"a": 1.0, "done": False}) for step in range(2)]
-        final = {"a": 1.0}
-        done_obs = type("Obs", (), {"done": True, "__getitem__": lambda self, k: final[k]})()
-        rewards.append(episode(2, done_obs))
+        rewards.append(episode(2, _DoneObservation({"a": 1.0})))
         assert rewards == [0.0, 0.0, 1.0]
         assert episode.compute_step_rewards() == [0.25, 0.5, 1.0]
         episode.reset()

@@ -19,16 +19,16 @@ from websockets.sync.client import connect
 
 oe = pytest.importorskip("openenv.core.rubrics", reason="needs the real openenv package (test extra)")
 
-from openenv.core.env_server import Action as OEAction  # noqa: E402
-from openenv.core.env_server import Environment as OEEnvironment  # noqa: E402
-from openenv.core.env_server import Observation as OEObservation  # noqa: E402
-from openenv.core.env_server import State as OEState  # noqa: E402
-from openenv.core.env_server import create_app as openenv_create_app  # noqa: E402
+from openenv.core.env_server import Action as OEAction
+from openenv.core.env_server import Environment as OEEnvironment
+from openenv.core.env_server import Observation as OEObservation
+from openenv.core.env_server import State as OEState
+from openenv.core.env_server import create_app as openenv_create_app
 
-import envsdk.rewards as ev  # noqa: E402
-from envsdk import Action, Environment, Observation, State  # noqa: E402
-from envsdk.server import create_app  # noqa: E402
-from envsdk.testing import running_server  # noqa: E402
+import envsdk.rewards as ev
+from envsdk import Action, Environment, Observation, State
+from envsdk.server import create_app
+from envsdk.testing import running_server
 
 pytestmark = pytest.mark.timeout(120)
 

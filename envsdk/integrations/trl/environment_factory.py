@@ -7,10 +7,10 @@ import concurrent.futures
 import math
 from typing import Any, Generic, TypeVar
 
-from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.client.sync import background_loop
 from envsdk.env import Env, RolloutRequest
 from envsdk.registry import Registry, envs
+from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
 from envsdk.schedulers.gym import GYMScheduler
 from envsdk.schedulers.openenv import OpenEnvScheduler
