@@ -22,6 +22,7 @@ from typing import Any
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
+from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -118,12 +119,15 @@ class RolloutSummary:
 def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
 
-    Components are the numeric scalars a scheduler put in ``rollout_infos`` (Sudoku: the five
-    reward parts), averaged over the trajectories that have them.
+    Components are the numeric scalars a scheduler put in ``rollout_infos`` and the episode's
+    named reward parts (``rollout_infos["reward_parts"]``: any environment's rubric parts),
+    averaged over the trajectories that have them.
     """
     components: dict[str, list[float]] = {}
     for traj in trajectories:
-        for key, value in traj.rollout_infos.items():
+        parts = traj.rollout_infos.get(REWARD_PARTS)
+        merged = {**traj.rollout_infos, **(parts if isinstance(parts, dict) else {})}
+        for key, value in merged.items():
             if key != "total_reward" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 components.setdefault(key, []).append(float(value))
     return RolloutSummary(
