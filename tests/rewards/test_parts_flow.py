@@ -90,3 +90,17 @@ def test_reward_component_funcs_take_a_rubric_or_names_and_read_reward_parts() -
     assert custom([None], reward_parts=[{"code.syntax": 0.25}]) == [0.25]
     with pytest.raises(ValueError, match="no reward part 'code.syntax'"):
         custom([None])
+
+
+def test_environment_factory_instances_expose_the_parts_to_reward_functions() -> None:
+    pytest.importorskip("trl")
+    from envsdk.integrations.trl import local_environment_factory, reward_component_funcs
+
+    env = local_environment_factory("frozen_lake", max_turns=20)()
+    env.reset(env_config={"seed": 5, "rubric": "shaped"})
+    route = _RouteThenJunk(FrozenLakeGame.generate(seed=5)).route
+    for direction in route:
+        env.act(f"<action>{direction}</action>")
+    assert env.get_reward() == 1.0
+    columns = [f([None], environments=[env]) for f in reward_component_funcs(FrozenLakeRubric())]
+    assert columns == [[1.0], [pytest.approx(1.0)], [float(len(route))]]
