@@ -18,10 +18,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-__all__ = ["Rubric", "Score", "ForwardHook", "ForwardPreHook"]
+__all__ = ["Rubric", "is_rubric", "ForwardHook", "ForwardPreHook"]
 
-#: What calling a rubric gives: a float, or a coroutine giving one (an async rubric).
-Score = float | Awaitable[float]
 ForwardHook = Callable[[Any, Any, Any, float], Any]
 ForwardPreHook = Callable[[Any, Any, Any], Any]
 

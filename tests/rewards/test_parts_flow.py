@@ -104,3 +104,21 @@ def test_environment_factory_instances_expose_the_parts_to_reward_functions() ->
     assert env.get_reward() == 1.0
     columns = [f([None], environments=[env]) for f in reward_component_funcs(FrozenLakeRubric())]
     assert columns == [[1.0], [pytest.approx(1.0)], [float(len(route))]]
+
+
+def test_rollout_cli_passes_env_config_and_summarises_the_parts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from envsdk.cli import main
+
+    out = tmp_path / "c.jsonl"
+    args = ["rollout", "--env", "frozen_lake", "--episodes", "4", "--no-progress", "--out", str(out)]
+    assert main([*args, "--env-config", '{"rubric": "shaped"}']) == 0
+    summary = capsys.readouterr().out
+    assert all(f"\n{name} " in summary for name in ("goal", "progress", "format"))
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["rollout_infos"]["reward_parts"]["goal"] == 1.0 for r in records)
+    assert all(set(s["components"]) == {"goal", "progress", "format"} for r in records for s in r["steps"])
+    with pytest.raises(SystemExit):
+        main([*args, "--env-config", "[1]"])
+    assert "expected a JSON object" in capsys.readouterr().err
