@@ -230,3 +230,17 @@ async def test_score_refuses_an_async_rubric_and_ascore_awaits_it() -> None:
         ev.score(tree, None, {"a": 1.0, "b": 0.0})
     scored = await ev.ascore(tree, None, {"a": 1.0, "b": 0.5})
     assert scored.reward == 0.75 and scored.parts == {"rubric_0": 1.0, "rubric_1": 0.5}
+
+
+async def test_openenv_sequential_inside_a_running_loop_is_scored_by_ascore() -> None:
+    """OpenEnv's Sequential returns a coroutine whenever an event loop runs, even with sync
+    children (an async env's step): `ascore` awaits it, `score` says to use `ascore`."""
+    Field = _leaf_classes(oe)["Field"]
+    rubric = oe.Sequential(Field("a"), Field("b"))
+    scored = await ev.ascore(rubric, None, {"a": 0.5, "b": 0.25})
+    assert scored.reward == 0.25 and scored.parts == {"rubric_0": 0.5, "rubric_1": 0.25}
+    with pytest.raises(TypeError, match="ascore"):
+        ev.score(rubric, None, {"a": 0.5, "b": 0.25})
+    # envsdk's own Sequential stays sync with sync children, loop or not.
+    ours = ev.Sequential(_leaf_classes(ev)["Field"]("a"), _leaf_classes(ev)["Field"]("b"))
+    assert ev.score(ours, None, {"a": 0.5, "b": 0.25}).reward == 0.25
