@@ -160,3 +160,17 @@ def test_a_non_tool_env_answers_mcp_with_an_error_not_a_crash() -> None:
         with _ws(url) as ws:
             reply = _ask(ws, {"type": "step", "data": {"type": "list_tools"}})
             assert reply["type"] == "error" and reply["data"]["code"] == "VALIDATION_ERROR"
+
+
+def test_create_app_without_action_and_observation_types_serves_an_mcp_environment() -> None:
+    from .envs import TallyMCPEnvironment
+
+    with running_server(create_app(TallyMCPEnvironment, None, None)) as url:
+        schema = httpx.get(f"{url}/schema", timeout=5).json()
+        assert "metadata" in schema["action"]["properties"]
+        tools = httpx.get(f"{url}/web/api/info", timeout=10).json()["tools"]
+        assert {t["name"] for t in tools} == {"add", "tally", "nap", "fail"}
+        assert _rpc(url, "tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})["result"]["data"] == 3
+        with _ws(url) as ws:
+            called = _ask(ws, {"type": "step", "data": {"type": "call_tool", "tool_name": "tally", "arguments": {"x": 2}}})
+            assert called["data"]["observation"]["result"]["data"] == 2
