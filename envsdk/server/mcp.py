@@ -39,6 +39,7 @@ import inspect
 import json
 import logging
 import math
+import typing
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -302,22 +303,34 @@ def tools_of(env: Any) -> _Tools | None:
 
 async def describe_tools(factory: Callable[[], Any]) -> list[dict[str, Any]] | None:
     """The tools an env of `factory` lists (``tools/list`` entries), or None for an env without
-    tools; an OpenEnv ``MCPEnvironment`` is built once for it, then released and closed."""
+    tools (or one that cannot be built). The class is read from `factory` itself or from its
+    return annotation; only an OpenEnv ``MCPEnvironment`` (or a factory whose class cannot be
+    told) is built for it, then released and closed."""
     from envsdk.tools import is_tool_env
 
-    if isinstance(factory, type):
-        if not is_tool_env(factory):
+    env_class: Any = factory if isinstance(factory, type) else None
+    if env_class is None:
+        try:
+            env_class = typing.get_type_hints(factory).get("return")
+        except Exception:  # unresolvable annotations: build one below
+            env_class = None
+    if isinstance(env_class, type):
+        if not is_tool_env(env_class):
             return None
-        if getattr(factory, "mcp_server", None) is None and tool_methods(factory):
-            native = tools_of_class(factory)
+        if getattr(env_class, "mcp_server", None) is None and tool_methods(env_class):
+            native = tools_of_class(env_class)
             return await native.list() if native is not None else None
-    env = await asyncio.to_thread(factory)
+    try:
+        env = await asyncio.to_thread(factory)
+    except Exception as exc:
+        logger.warning("building an env to list its tools failed: %r", exc)
+        return None
     try:
         tools = tools_of(env)
         return await tools.list() if tools is not None else None
     finally:
         await release(env)
-        closing = env.close()
+        closing = await asyncio.to_thread(env.close)
         if inspect.isawaitable(closing):
             await closing
 
@@ -408,6 +421,9 @@ async def answer(session: Session, payload: Any) -> dict[str, Any]:
         return parsed
     request_id, method, params = parsed
     if method == "openenv/session/create":
+        # Asked on a session's own socket: its handle, usable to re-attach, so from now on the
+        # session outlives its socket for the resume window (as after the session handshake).
+        session.resumable = True
         return _response(request_id, {"session_id": handle(session)})
     if method == "openenv/session/close":
         return _close(session.table, request_id, params, current=session)
