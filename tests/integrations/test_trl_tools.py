@@ -94,3 +94,48 @@ def _train(ledger_url: str, model_dir: Path, tmp_path: Path) -> None:
     assert min(e["tools/call_frequency"] for e in trainer.state.log_history if "tools/call_frequency" in e) >= 1.0
     assert sum(not torch.equal(snapshot[n], p) for n, p in model.named_parameters()) > 0
     assert int(httpx.get(f"{ledger_url}/health", timeout=5).json()["active_sessions"]) == 0
+
+
+@pytest.mark.timeout(300)
+def test_rollout_func_runs_grpo_on_a_tool_env_through_the_tool_scheduler(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from envsdk.integrations.trl import env_reward_func, make_rollout_func
+    from envsdk.schedulers import ToolScheduler
+
+    seeds = _seeds_with_gap(5, STEPS)
+    with running_server(create_ledger_app(max_concurrent_envs=8)) as ledger_url:
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        rollout = make_rollout_func(
+            ToolScheduler(base_url=ledger_url, max_turns=1),
+            env_config_fn=lambda messages, n: {"seed": seeds[n % len(seeds)]},
+        )
+        played: list[Any] = []
+
+        def recording(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+            out = rollout(prompts, trainer)
+            played.extend(rollout.last_trajectories)
+            return out
+
+        before = _tool_calls(ledger_url)
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+            per_device_train_batch_size=4, num_generations=4, max_steps=STEPS, logging_steps=1,
+            learning_rate=1e-2, save_strategy="no", seed=0, max_completion_length=256,
+            generation_kwargs={"sequence_bias": steering_bias(tokenizer, [_call(a) for a in (5, 10, 15)])},
+        )
+        dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Reach the target."}]}] * 8)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=[env_reward_func], args=args, train_dataset=dataset,
+            processing_class=tokenizer, rollout_func=recording,
+        )
+        trainer.train()
+        assert len(played) == STEPS * 4
+        calls = sum(len(t.steps) for t in played)
+        assert calls >= STEPS * 4 and _tool_calls(ledger_url) - before == calls
+        # The reward is the ledger's own verdict on each trajectory's deposit.
+        for t in played:
+            deposited = t.steps[0].action["arguments"]["amount"]
+            assert t.total_reward == (1.0 if deposited == 5 else 0.0)
+        logged = [e["rewards/env_reward_func/mean"] for e in trainer.state.log_history if "rewards/env_reward_func/mean" in e]
+        assert len(logged) == STEPS
+        assert int(httpx.get(f"{ledger_url}/health", timeout=5).json()["active_sessions"]) == 0
