@@ -57,7 +57,7 @@ from envsdk.protocol import (
 from envsdk.server.auth import AccessControl
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
-from envsdk.server.mcp import mount_mcp, split_handle
+from envsdk.server.mcp import created_over_mcp, mount_mcp, split_handle
 from envsdk.server.metrics import Metrics
 from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
 from envsdk.types import Action, Observation, State
@@ -316,7 +316,8 @@ async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable
                     reply = error_frame(exc.code, exc.message, **exc.details)
                 else:
                     if request.type == "close":
-                        table.destroy(session)
+                        if not created_over_mcp(session):  # that one ends by openenv/session/close
+                            table.destroy(session)
                         await _close_quietly(ws, CloseCode.NORMAL)
                         return
                     if drain.draining:

@@ -509,6 +509,16 @@ def handle(session: Session) -> str:
     return f"{session.id}{_HANDLE_SEPARATOR}{session.resume_token}"
 
 
+_CREATED_OVER_MCP: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def created_over_mcp(session: Session) -> bool:
+    """Whether `session` was made by ``openenv/session/create`` over ``POST /mcp``: a ``close``
+    frame on a socket attached to it only detaches that socket (as in OpenEnv); the session
+    ends by ``openenv/session/close`` or when its resume window passes with no socket."""
+    return session in _CREATED_OVER_MCP
+
+
 def split_handle(session_id: str | None, resume_token: str | None) -> tuple[str | None, str | None]:
     """``/ws`` query credentials: an MCP handle in ``session_id`` (and no ``resume_token``)
     becomes the (id, token) pair of an envsdk resume; anything else is returned unchanged."""
@@ -566,6 +576,7 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
             table.metrics.errors[exc.code.value] += 1
             return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
         session.resumable = True
+        _CREATED_OVER_MCP.add(session)
         table.keep(session)
         return _response(request_id, {"session_id": handle(session)})
     if method == "openenv/session/close":

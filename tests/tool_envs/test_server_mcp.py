@@ -174,3 +174,14 @@ def test_create_app_without_action_and_observation_types_serves_an_mcp_environme
         with _ws(url) as ws:
             called = _ask(ws, {"type": "step", "data": {"type": "call_tool", "tool_name": "tally", "arguments": {"x": 2}}})
             assert called["data"]["observation"]["result"]["data"] == 2
+
+
+def test_a_close_frame_on_an_attached_socket_leaves_the_mcp_session_to_session_close(ledger_url: str) -> None:
+    handle = _rpc(ledger_url, "openenv/session/create")["result"]["session_id"]
+    with _ws(ledger_url, f"?session_id={handle}") as ws:
+        _ask(ws, {"type": "reset", "data": {"seed": 1}})
+        ws.send(json.dumps({"type": "close"}))
+    listed = _rpc(ledger_url, "tools/call", {"name": "balance", "arguments": {}, "session_id": handle})
+    assert "result" in listed, listed  # still there, as under OpenEnv
+    assert _rpc(ledger_url, "openenv/session/close", {"session_id": handle})["result"]["closed"] is True
+    assert _rpc(ledger_url, "tools/list", {"session_id": handle})["error"]["code"] == -32602
