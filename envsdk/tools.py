@@ -53,12 +53,12 @@ class ToolSpec:
 
 def tool(fn: F) -> F:
     """Mark an environment method as a tool. Its name is the tool's name (not a reserved one)."""
+    if not callable(fn):
+        raise TypeError(f"@tool marks methods; got {type(fn).__name__}")
     if fn.__name__ in RESERVED_TOOL_NAMES:
         raise ValueError(
             f"Tool name {fn.__name__!r} is reserved: {sorted(RESERVED_TOOL_NAMES)} are the environment's own calls"
         )
-    if not callable(fn):
-        raise TypeError(f"@tool marks methods; got {type(fn).__name__}")
     setattr(fn, _MARK, True)
     return fn
 
