@@ -21,7 +21,10 @@ socket is an ordinary envsdk resume: the token is still required (compared in co
 only carried inside the handle. Such a session is resumable from birth: while no socket is
 attached it lives for ``resume_window_s`` after its last MCP call, like any detached session.
 ``openenv/session/close`` on a session with a socket attached answers ``closing: true`` and the
-session ends when that socket goes.
+session ends when that socket goes; a ``close`` frame on such a socket only detaches it (the
+session is the creator's to close), as in OpenEnv. ``openenv/session/create`` sent on a
+session's own socket answers that session's handle and makes it resumable, like the session
+handshake.
 
 Every tool call is an env call and goes through `env_call`: the step deadline (TIMEOUT ends
 the episode, as a step's does), the env's executor lane, and the session's one-call-at-a-time
@@ -52,7 +55,19 @@ from envsdk.tools import tool_methods, tool_signature
 if TYPE_CHECKING:
     from envsdk.server.sessions import Session, SessionTable
 
-__all__ = ["MCP_PATH", "env_call", "mount_mcp", "answer", "step_tool_action", "split_handle", "is_tool_action"]
+__all__ = [
+    "MCP_PATH",
+    "answer",
+    "created_over_mcp",
+    "describe_tools",
+    "env_call",
+    "is_tool_action",
+    "mount_mcp",
+    "release",
+    "split_handle",
+    "step_tool_action",
+    "tools_of",
+]
 
 logger = logging.getLogger("envsdk.server")
 
