@@ -9,10 +9,11 @@ to a peer that did not ask for them:
   resume token; from then on the session outlives its connection for ``resume_window_s``.
   A client resumes by connecting to ``/ws?session_id=<id>&resume_token=<token>``.
 * ``"id"`` on a request — a request id, echoed on its reply. A request whose id was already
-  answered is answered again from the server's record, never applied twice. Only sent to a
+  answered is answered again from the server's record, never applied twice; an id is bound
+  to its request, so the same id with a different request gets ``ID_REUSED``. Only sent to a
   server that answered the handshake (OpenEnv forbids unknown top-level keys).
 * error codes ``TIMEOUT``, ``NOT_RESET``, ``EPISODE_DONE``, ``FRAME_TOO_LARGE``,
-  ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``.
+  ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``, ``ID_REUSED``.
 
 Server and client both build and read frames through this module only.
 """
@@ -86,6 +87,7 @@ class ErrorCode(str, Enum):
     RESUME_FAILED = "RESUME_FAILED"
     UNAUTHORIZED = "UNAUTHORIZED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    ID_REUSED = "ID_REUSED"
 
 
 class CloseCode(int, Enum):

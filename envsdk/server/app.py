@@ -110,7 +110,7 @@ def create_app(
         description=doc.splitlines()[0] if doc else f"{name} environment",
         version=str(getattr(env_class, "version", "1.0.0")),
     )
-    executors = Executors(cfg.executor_workers, cfg.process_workers)
+    executors = Executors(cfg.max_abandoned_threads, cfg.process_workers)
     metrics = Metrics()
     table = SessionTable(spec, cfg, executors, metrics)
 
@@ -190,6 +190,9 @@ def create_app(
             "active_sessions": table.active,
             "max_sessions": cfg.max_concurrent_envs,
             "env_name": spec.name,
+            "lane_threads": executors.live_lanes,
+            "abandoned_threads": executors.abandoned_threads,
+            "max_abandoned_threads": cfg.max_abandoned_threads,
         }
 
     @app.get("/metadata")
@@ -215,7 +218,10 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus_metrics() -> str:
-        return metrics.render(active_sessions=table.active, max_sessions=cfg.max_concurrent_envs)
+        return metrics.render(
+            active_sessions=table.active, max_sessions=cfg.max_concurrent_envs,
+            lane_threads=executors.live_lanes, abandoned_threads=executors.abandoned_threads,
+        )
 
     @app.post("/reset")
     async def http_reset(body: dict[str, Any] | None = Body(default=None)) -> Any:
@@ -344,39 +350,9 @@ async def _reap_forever(table: SessionTable) -> None:
 async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
     """One call on a throw-away env, with the WebSocket path's checks and deadlines."""
     try:
-        env = await table.create_env()
+        return await table.stateless(what, data)
     except FrameError as exc:
         return _http_error(table, exc)
-    abandoned: list[asyncio.Future[Any]] = []
-    try:
-        if what == "state":
-            try:
-                state = env.state
-                if inspect.isawaitable(state):
-                    state = await state
-            except Exception as exc:
-                raise FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__) from None
-            return state.model_dump() if isinstance(state, BaseModel) else dict(state)
-        if what == "reset":
-            args: tuple[Any, ...] = ()
-            kwargs = table.reset_kwargs(env, data)
-            deadline = table.deadline(env, "reset_timeout_s")
-        else:
-            try:
-                args = (table.spec.action_type.model_validate(data),)
-            except ValidationError as exc:
-                return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
-            kwargs = {}
-            deadline = table.deadline(env, "step_timeout_s")
-        obs = await table.call(env, what, args, kwargs, deadline, abandoned.append)
-        if what == "reset":
-            table.metrics.resets += 1
-        body, reward, done, metadata = observation_parts(obs)
-        return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
-    except FrameError as exc:
-        return _http_error(table, exc)
-    finally:
-        table.close_env_soon(env, after=abandoned[0] if abandoned else None)
 
 
 def _http_error(table: SessionTable, exc: FrameError) -> JSONResponse:

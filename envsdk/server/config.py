@@ -7,9 +7,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES"]
+__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S"]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+DEFAULT_DEADLINES_S: dict[str, float] = {
+    "factory": 60.0,
+    "reset": 60.0,
+    "step": 60.0,
+    "state": 10.0,
+    "close": 5.0,
+}
+"""Deadline of each env call when neither the config nor the env class sets one. 60 s for
+building, resetting and stepping is OpenEnv's client message timeout (a reply later than that
+reaches nobody); `state` is a read and `close` a release, so theirs are short."""
 
 
 def _default_max_concurrent_envs() -> int:
@@ -39,10 +50,6 @@ def _default_token() -> SecretStr | None:
     return SecretStr(raw) if raw else None
 
 
-def _default_executor_workers() -> int:
-    return min(32, (os.cpu_count() or 1) + 4)
-
-
 class ServerConfig(BaseModel):
     """How a server built by `create_app` behaves. Immutable; build a new one to change it."""
 
@@ -62,35 +69,57 @@ class ServerConfig(BaseModel):
     step_timeout_s: float | None = Field(
         default=None,
         gt=0,
-        description="Deadline of one step; None = the environment class's `step_timeout_s`.",
+        description="Deadline of one step; None = the environment class's `step_timeout_s`, "
+        "else 60 s. Every env call has a deadline (see `DEFAULT_DEADLINES_S`).",
     )
     reset_timeout_s: float | None = Field(
         default=None,
         gt=0,
-        description="Deadline of one reset; None = the environment class's `reset_timeout_s`.",
+        description="Deadline of one reset; None = the environment class's `reset_timeout_s`, else 60 s.",
+    )
+    factory_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of building one env instance (the factory call); None = the "
+        "factory's `factory_timeout_s` attribute, else 60 s.",
+    )
+    state_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one read of `env.state`; None = the environment class's "
+        "`state_timeout_s`, else 10 s.",
+    )
+    close_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one `env.close()`; None = the environment class's "
+        "`close_timeout_s`, else 5 s. Shutdown waits this long at most for env closes.",
+    )
+    max_abandoned_threads: int = Field(
+        default=64,
+        ge=1,
+        description="Most lane threads written off by a deadline that may still be running their "
+        "call; past it, a call that needs a new lane (a new session, or a reset after a "
+        "TIMEOUT) gets CAPACITY_REACHED until one returns.",
     )
     max_frame_bytes: int = Field(
         default=DEFAULT_MAX_FRAME_BYTES,
         ge=64,
         description="Largest request frame answered normally; larger ones get FRAME_TOO_LARGE.",
     )
-    executor_workers: int = Field(
-        default_factory=_default_executor_workers,
-        ge=1,
-        description="Threads of the one shared pool that runs synchronous env methods.",
-    )
     process_workers: int = Field(
         default=0,
         ge=0,
         description="Processes of the pool behind `run_in_process`; 0 = no process pool "
-        "(run_in_process then uses the thread pool).",
+        "(run_in_process then uses a one-off thread).",
     )
     inline_sync: bool | None = Field(
         default=None,
-        description="Run synchronous env methods (factory, reset, step, close) directly on the "
-        "event loop instead of the thread pool, saving a thread hop (tens of µs) per call. Only "
-        "for envs whose calls return in microseconds: while one runs, every session waits. A "
-        "call under a deadline still runs in the thread pool, where the deadline can be kept. "
+        description="Run synchronous env methods (factory, reset, step, state, close) directly on "
+        "the event loop instead of the session's lane thread, saving a thread hop per call. Only "
+        "for envs whose calls return in microseconds: while one runs, every session waits, and "
+        "the built-in default deadlines do not apply. A call whose deadline is set explicitly "
+        "(config or env class) still runs on the lane, where the deadline can be kept. "
         "None: the env class's `INLINE_SYNC` attribute (default False).",
     )
     idle_timeout_s: float | None = Field(
@@ -111,6 +140,13 @@ class ServerConfig(BaseModel):
         default=16,
         ge=1,
         description="How many answered request ids each session remembers for replay.",
+    )
+    replay_window_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=0,
+        description="How many bytes of encoded replies each session remembers for replay; the "
+        "oldest are forgotten first. The latest reply is always kept, whatever its size, so "
+        "that a retry of the request in flight is never applied twice.",
     )
     capacity_retry_after_s: float = Field(
         default=1.0, ge=0, description="`retry_after_s` hint sent with CAPACITY_REACHED."
