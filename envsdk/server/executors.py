@@ -145,6 +145,7 @@ class Executors:
         self._names = itertools.count(1)
         self._lanes: set[Lane] = set()
         self._abandoned: set[Lane] = set()
+        self._retiring: set[Lane] = set()
         self._shared: dict[type, Lane] = {}
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -195,6 +196,9 @@ class Executors:
             return
         lane.retired = True
         self._lanes.discard(lane)
+        if len(self._retiring) > 64 + len(self._lanes):  # forget the threads that exited
+            self._retiring = {old for old in self._retiring if old.thread.is_alive()}
+        self._retiring.add(lane)
         lane.stop()
 
     def abandon(self, lane: Lane) -> None:
@@ -210,6 +214,18 @@ class Executors:
                 del self._shared[cls]
         self._abandoned.add(lane)
         lane.stop()
+
+    async def wait_threads(self, timeout_s: float) -> None:
+        """Wait (polling, up to `timeout_s`) until every retired or written-off lane thread has
+        run what was queued on it (an env's close, after the call it was running) and exited."""
+        give_up_at = self.loop().time() + timeout_s
+        while True:
+            self._retiring = {lane for lane in self._retiring if lane.thread.is_alive()}
+            if not self._retiring and not self.abandoned_threads:
+                return
+            if self.loop().time() >= give_up_at:
+                return
+            await asyncio.sleep(0.05)
 
     def _finished(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         # On a lane thread. Only the first outcome of a batch wakes the loop.

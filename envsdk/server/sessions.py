@@ -380,6 +380,8 @@ class SessionTable:
         """Server shutdown: refuse new sessions, end every call still running (its caller
         hears SHUTTING_DOWN; a thread still in env code is written off), destroy every
         session, and wait up to the close deadline for the envs to close."""
+        if self._closing:
+            return
         self._closing = True
         for session in list(self._sessions.values()):
             connection = session.connection
@@ -387,9 +389,13 @@ class SessionTable:
             self.destroy(session)
             if connection is not None:
                 self.spawn(_close_quietly(connection, 1001, "server shutting down"))
+        # Envs close on their lanes, after the calls running there: wait for that, but no
+        # longer than the close deadline, so that the process exits whatever env code does.
+        wait_s, _ = self.deadline("close", None)
+        give_up_at = time.monotonic() + wait_s
         if self._background:
-            wait_s, _ = self.deadline("close", None)
             await asyncio.wait(set(self._background), timeout=wait_s)
+        await self.executors.wait_threads(max(0.0, give_up_at - time.monotonic()))
 
     async def stateless(self, what: str, data: dict[str, Any]) -> dict[str, Any]:
         """OpenEnv's stateless HTTP call: a throw-away env (no slot) is built, `what` ("reset",
@@ -703,7 +709,8 @@ class Session:
         try:
             await self.invoke("close", env.close, env=env)
         except FrameError as exc:
-            logger.warning("closing %s: %s", type(env).__name__, exc.message)
+            if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
+                logger.warning("closing %s: %s", type(env).__name__, exc.message)
 
     async def build_env(self) -> Any:
         """A fresh env from the factory, on this session's lane (so it is born on the thread
