@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from fastapi import Body, FastAPI, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 import envsdk
 from envsdk.env import Environment
@@ -50,13 +50,12 @@ from envsdk.protocol import (
     FrameError,
     decode_request,
     encode,
-    validation_errors,
 )
 from envsdk.server.auth import AccessControl
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
-from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
+from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame
 from envsdk.types import State
 
 __all__ = ["create_app"]

@@ -534,6 +534,7 @@ class Session:
         if recorded is not None:
             return recorded[1] if recorded[0] == digest else self._id_reused(rid)
         pending = self._inflight.get(rid)
+        future: asyncio.Future[str]
         if pending is None:
             future = asyncio.ensure_future(self._produce_and_record(rid, digest, produce))
             self._inflight[rid] = (digest, future)
