@@ -262,7 +262,7 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
     from bench.core_apps import BIG_OBSERVATION_BYTES, HUNG_STEP_DEADLINE_S
 
     lines = [
-        "## Execution core: hung calls and big observations",
+        "## Execution core: hung calls, big observations, the default path",
         "",
         f"Command: `{command}`  ",
         machine_line() + "  ",
@@ -270,6 +270,7 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
         "",
     ]
     if hung is not None:
+        lines += ["### 32 hung calls", ""]
         ratio = hung.during_steps_s / max(hung.alone_steps_s, 1e-9)
         lines += [
             f"Hung calls: {hung.others} sessions of the echo env (default path, step deadline "
@@ -292,6 +293,7 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
         if hung.errors:
             lines += ["Errors: " + "; ".join(hung.errors), ""]
     if memory is not None:
+        lines += ["### RSS under 8 MiB observations", ""]
         mib = BIG_OBSERVATION_BYTES / 2**20
         grown = (memory.rss_end_kib - memory.rss_idle_kib) / 1024
         lines += [
@@ -326,20 +328,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, command: str) -> None:
     raise_open_files_limit()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"envsdk-bench-core-{os.getpid()}.log"
+    speed = ""
     if "trivial" in args.parts:
         sub = argparse.ArgumentParser()
         trivial.add_arguments(sub)
-        trivial_args = sub.parse_args(
-            ["--levels", *map(str, args.levels), "--duration", str(args.duration)]
-            + (["--out", str(args.out)] if args.out else [])
+        trivial_args = sub.parse_args(["--levels", *map(str, args.levels), "--duration", str(args.duration)])
+        results = trivial.run(trivial_args, command)
+        table = trivial.render(results, args.levels, args.duration, command, trivial_args.procs)
+        # The same table as `python -m bench trivial`, as a sub-section of this one.
+        speed = "### Default path vs OpenEnv vs bare\n" + table.split("\n", 1)[1].split("Command:", 1)[0] + (
+            "Each session" + table.split("Each session", 1)[1]
         )
-        trivial.run(trivial_args, f"{command}  (part: python -m bench trivial --levels "
-                    f"{' '.join(map(str, args.levels))} --duration {args.duration:g})")
     hung = run_hung(args.duration, log) if "hung" in args.parts else None
     memory = run_memory(16, args.steps, log) if "memory" in args.parts else None
-    if hung is None and memory is None:
-        return
-    report = render(hung, memory, command)
+    report = render(hung, memory, command) + ("\n" + speed if speed else "")
     print(report)
     if args.out:
         write_section(args.out, "## Execution core", report)
