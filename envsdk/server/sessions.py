@@ -136,7 +136,7 @@ def _expire(future: asyncio.Future[Any]) -> None:
         future.set_exception(_DeadlinePassed())
 
 
-def _read_state(env: Any) -> Any:
+def _get_state(env: Any) -> Any:
     return env.state
 
 
@@ -222,11 +222,13 @@ class SessionTable:
     def deadline(self, kind: str, owner: Any) -> tuple[float, bool]:
         """The deadline of a `kind` call on `owner` (an env class, or the factory) and whether
         it was set explicitly: ``config.<kind>_timeout_s``, else ``owner.<kind>_timeout_s``,
-        else `DEFAULT_DEADLINES_S` (a kind it does not list gets the step's)."""
+        else `DEFAULT_DEADLINES_S`. A kind it does not list (e.g. "tool") takes
+        ``owner.<kind>_timeout_s`` if set, else the step's deadline."""
         attribute = f"{kind}_timeout_s"
+        if kind not in DEFAULT_DEADLINES_S:
+            declared = getattr(owner, attribute, None)
+            return (float(declared), True) if declared is not None else self.deadline("step", owner)
         configured = getattr(self.config, attribute, None)
-        if configured is None and kind not in DEFAULT_DEADLINES_S:
-            configured = self.config.step_timeout_s
         if configured is not None:
             return float(configured), True
         declared = getattr(owner, attribute, None)
@@ -307,7 +309,7 @@ class SessionTable:
         # The slot is taken before the factory runs, so concurrent opens cannot overshoot.
         self._sessions[session.id] = session
         try:
-            session.env = await session.build_env()
+            session.env = await session._build_env()
         except BaseException:
             del self._sessions[session.id]
             session.discard()
@@ -403,12 +405,12 @@ class SessionTable:
         env is closed. Returns the reply's JSON body; raises FrameError."""
         session = Session(self, None)
         try:
-            session.env = await session.build_env()
+            session.env = await session._build_env()
             env = session.env
             if what == "state":
-                return await session.read_state()
+                return await session._read_state()
             if what == "reset":
-                obs = await session.invoke("reset", env.reset, kwargs=self.reset_kwargs(env, data))
+                obs = await session._invoke("reset", env.reset, kwargs=self.reset_kwargs(env, data))
                 self.metrics.resets += 1
             else:
                 try:
@@ -417,7 +419,7 @@ class SessionTable:
                     raise FrameError(
                         ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
                     ) from None
-                obs = await session.invoke("step", env.step, (action,))
+                obs = await session._invoke("step", env.step, (action,))
             body, reward, done, metadata = observation_parts(obs)
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
         finally:
@@ -511,7 +513,7 @@ class Session:
             try:
                 if self.closed:
                     raise self._closed_error()
-                result = await self.invoke(kind, fn, args, kwargs, deadline_s=deadline_s)
+                result = await self._invoke(kind, fn, args, kwargs, deadline_s=deadline_s)
                 try:
                     return reply(result)
                 except Exception as exc:
@@ -580,7 +582,7 @@ class Session:
     def _closed_error(self) -> FrameError:
         return FrameError(ErrorCode.SESSION_ERROR, "This session is closed")
 
-    async def invoke(
+    async def _invoke(
         self,
         kind: str,
         fn: Callable[..., Any],
@@ -620,7 +622,7 @@ class Session:
             except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
                 raise _execution_error(owner, kind, EnvAborted(exc)) from None
             if inspect.isawaitable(result):
-                return await self.invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
+                return await self._invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
             return result
         else:
             lane = self._lane or self._start_lane()
@@ -655,7 +657,7 @@ class Session:
             timer.cancel()
             self._calls.discard(outer)
         if inspect.isawaitable(result):  # a sync method that returned an awaitable
-            return await self.invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
+            return await self._invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
         return result
 
     def _start_lane(self) -> Lane:
@@ -703,17 +705,17 @@ class Session:
 
     async def _close_after(self, task: asyncio.Task[Any], env: Any) -> None:
         await asyncio.wait({task})
-        await self.close_env(env)
+        await self._close_env(env)
 
-    async def close_env(self, env: Any) -> None:
+    async def _close_env(self, env: Any) -> None:
         """Close `env` under the close deadline (on the lane for a sync close); errors logged."""
         try:
-            await self.invoke("close", env.close, env=env)
+            await self._invoke("close", env.close, env=env)
         except FrameError as exc:
             if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
                 logger.warning("closing %s: %s", type(env).__name__, exc.message)
 
-    async def build_env(self) -> Any:
+    async def _build_env(self) -> Any:
         """A fresh env from the factory, on this session's lane (so it is born on the thread
         that will run it), under the factory deadline. FACTORY_ERROR when it raises."""
         table = self.table
@@ -728,9 +730,9 @@ class Session:
         plan = table.plan("factory", factory, factory)
         try:
             if plan.is_async or plan.inline:
-                env = await self.invoke("factory", factory, env=None)
+                env = await self._invoke("factory", factory, env=None)
             else:
-                env = await self.invoke("factory", ticket.build, (factory,), env=None, on_write_off=close_orphan)
+                env = await self._invoke("factory", ticket.build, (factory,), env=None, on_write_off=close_orphan)
         except FrameError as exc:
             if exc.code is not ErrorCode.EXECUTION_ERROR:
                 raise
@@ -759,7 +761,7 @@ class Session:
         async with self._lock:
             env, self.env = self.env, None
             if env is not None:
-                await self.close_env(env)
+                await self._close_env(env)
             if self._lane is not None:
                 self.table.executors.retire(self._lane)
                 self._lane = None
@@ -831,24 +833,24 @@ class Session:
                 ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
             ) from None
         started = time.perf_counter()
-        obs = await self.invoke("step", env.step, (action,))
+        obs = await self._invoke("step", env.step, (action,))
         table.metrics.observe_step(time.perf_counter() - started)
         return self._observation_frame(env, "step", obs, rid)
 
     async def _reset(self, data: dict[str, Any], rid: str | None) -> str:
         table = self.table
         if self.env is None:
-            self.env = await self.build_env()
+            self.env = await self._build_env()
         env = self.env
         kwargs = table.reset_kwargs(env, data)
-        obs = await self.invoke("reset", env.reset, kwargs=kwargs)
+        obs = await self._invoke("reset", env.reset, kwargs=kwargs)
         table.metrics.resets += 1
         return self._observation_frame(env, "reset", obs, rid)
 
-    async def read_state(self) -> dict[str, Any]:
+    async def _read_state(self) -> dict[str, Any]:
         """``env.state`` as a dict, read on the lane under the state deadline."""
         env = self.env
-        state = await self.invoke("state", _read_state, (env,), env=env)
+        state = await self._invoke("state", _get_state, (env,), env=env)
         try:
             return state.model_dump() if isinstance(state, BaseModel) else dict(state)
         except Exception as exc:
@@ -860,7 +862,7 @@ class Session:
         # Unlike step, state before the first reset is allowed (OpenEnv answers it).
         if self.env is None:
             raise self._not_reset()
-        state = await self.read_state()
+        state = await self._read_state()
         try:
             return encode(state_reply(state, request_id=rid))
         except Exception as exc:
@@ -871,7 +873,7 @@ class Session:
         episode_id, step_count = None, 0
         if self.env is not None:
             try:
-                state = await self.read_state()
+                state = await self._read_state()
                 episode_id = state.get("episode_id")
                 step_count = int(state.get("step_count", 0) or 0)
             except (FrameError, TypeError, ValueError):  # a state that cannot be read now is reported as unknown
