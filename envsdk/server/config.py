@@ -167,7 +167,9 @@ class ServerConfig(BaseModel):
         default=20.0,
         ge=0,
         description="Graceful shutdown (SIGTERM under `envsdk.server.serve`): how long requests "
-        "in flight may take to finish before every session is closed.",
+        "in flight may take to finish before every session is closed. The process then waits at "
+        "most the close deadline for envs to close, so it exits within drain_timeout_s + "
+        "close_timeout_s whatever env code is doing.",
     )
     web: bool = Field(
         default_factory=_default_web,

@@ -230,11 +230,9 @@ class Executors:
     def _finished(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         # On a lane thread. Only the first outcome of a batch wakes the loop.
         self._done.append((future, result, error))
-        if not self._wake_pending:
+        loop = self._loop  # set before any lane exists
+        if loop is not None and not self._wake_pending:
             self._wake_pending = True
-            loop = self._loop
-            if loop is None:
-                return
             try:
                 loop.call_soon_threadsafe(self._deliver)
             except RuntimeError:  # the loop is closed: the server is gone and nobody waits

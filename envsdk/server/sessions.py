@@ -70,10 +70,16 @@ from envsdk.protocol import (
     validation_errors,
 )
 from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig
-from envsdk.server.executors import EnvAborted, Executors, Lane, LaneLimit, is_async_callable
+from envsdk.server.executors import (
+    EnvAborted,
+    Executors,
+    Lane,
+    LaneLimit,
+    is_async_callable,
+)
 from envsdk.server.metrics import Metrics
 
-__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts"]
+__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts", "request_digest"]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -491,6 +497,7 @@ class Session:
         request_id: str | None = None,
         request_hash: bytes = b"",
         deadline_s: float | None = None,
+        error_reply: Callable[[FrameError], str] | None = None,
         **kwargs: Any,
     ) -> str:
         """Run one env call of this session the way every step runs, and return its reply.
@@ -502,11 +509,14 @@ class Session:
         the step's). ``reply(result)`` encodes the result into the frame to send; it runs on
         the loop. Errors become error frames: TIMEOUT (the episode is over, as for a step),
         EXECUTION_ERROR (`fn` or `reply` raised, SystemExit included), CAPACITY_REACHED (no
-        lane can be started: too many written-off threads), SESSION_ERROR (session closed).
+        lane can be started: too many written-off threads), SESSION_ERROR (session closed),
+        each encoded by ``error_reply(error)`` (default: the protocol's error frame).
 
         With a `request_id` the call happens at most once: its reply is recorded, a repeat
-        with the same `request_hash` gets the recorded reply (or waits for the running call),
-        a repeat with another hash gets ID_REUSED; a dropped connection does not cancel it.
+        with the same `request_hash` (e.g. `request_digest` of the request) gets the recorded
+        reply (or waits for the running call), a repeat with another hash gets ID_REUSED; a
+        dropped connection does not cancel it. Ids share one record with the session's
+        ``/ws`` request ids.
         """
 
         async def produce() -> str:
@@ -522,26 +532,29 @@ class Session:
                     ) from None
             except FrameError as exc:
                 self.table.metrics.errors[exc.code.value] += 1
-                return encode(exc.to_reply(request_id))
+                return error_reply(exc) if error_reply is not None else encode(exc.to_reply(request_id))
 
-        return await self._recorded(request_id, request_hash, produce)
+        return await self._recorded(request_id, request_hash, produce, error_reply)
 
     # ------------------------------------------------------------ record
 
-    async def _recorded(self, rid: str | None, digest: bytes, produce: Callable[[], Awaitable[str]]) -> str:
+    async def _recorded(
+        self, rid: str | None, digest: bytes, produce: Callable[[], Awaitable[str]],
+        error_reply: Callable[[FrameError], str] | None = None,
+    ) -> str:
         if rid is None:
             async with self._lock:
                 return await produce()
         recorded = self._replies.get(rid)
         if recorded is not None:
-            return recorded[1] if recorded[0] == digest else self._id_reused(rid)
+            return recorded[1] if recorded[0] == digest else self._id_reused(rid, error_reply)
         pending = self._inflight.get(rid)
         future: asyncio.Future[str]
         if pending is None:
             future = asyncio.ensure_future(self._produce_and_record(rid, digest, produce))
             self._inflight[rid] = (digest, future)
         elif pending[0] != digest:
-            return self._id_reused(rid)
+            return self._id_reused(rid, error_reply)
         else:
             future = pending[1]
         # shield: the call belongs to the session; a dropped connection must not cancel it.
@@ -567,15 +580,14 @@ class Session:
             _, (_, dropped) = replies.popitem(last=False)
             self._replay_bytes -= len(dropped)
 
-    def _id_reused(self, rid: str) -> str:
+    def _id_reused(self, rid: str, error_reply: Callable[[FrameError], str] | None) -> str:
         self.table.metrics.errors[ErrorCode.ID_REUSED.value] += 1
-        return encode(
-            FrameError(
-                ErrorCode.ID_REUSED,
-                f"Request id {rid!r} was already used on this session for a different request; "
-                "send each new request with a new id (a retry must repeat the request unchanged)",
-            ).to_reply(rid)
+        error = FrameError(
+            ErrorCode.ID_REUSED,
+            f"Request id {rid!r} was already used on this session for a different request; "
+            "send each new request with a new id (a retry must repeat the request unchanged)",
         )
+        return error_reply(error) if error_reply is not None else encode(error.to_reply(rid))
 
     # ------------------------------------------------------------ env calls
 

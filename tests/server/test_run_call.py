@@ -50,6 +50,11 @@ def test_run_call_runs_on_the_session_lane_once_per_request_id_under_a_deadline(
         assert threads == [session._lane.thread.ident]  # ran once, on the session's own thread
         reused = run(session.run_call("tool", tool, 7, reply=_reply, request_id="t1", request_hash=b"b"))
         assert reused["data"]["code"] == "ID_REUSED" and len(threads) == 1
+        as_json_rpc = run(session.run_call(
+            "tool", tool, 7, reply=_reply, request_id="t1", request_hash=b"b",
+            error_reply=lambda e: dumps({"jsonrpc": "2.0", "error": {"code": -32603, "message": e.code.value}}),
+        ))
+        assert as_json_rpc["error"]["message"] == "ID_REUSED"
 
         unencodable = run(session.run_call("tool", tool, 1, reply=lambda r: dumps(object()), request_id="t2"))
         assert unencodable["data"]["code"] == "EXECUTION_ERROR" and unencodable["id"] == "t2"
