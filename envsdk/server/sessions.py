@@ -685,6 +685,13 @@ class Session:
                 max_abandoned_threads=exc.limit,
                 retry_after_s=table.config.capacity_retry_after_s,
             ) from None
+        except RuntimeError as exc:  # "can't start new thread": the OS's thread limit
+            logger.warning("cannot start a lane thread: %s", exc)
+            raise FrameError(
+                ErrorCode.CAPACITY_REACHED,
+                f"Server at capacity: cannot start a thread for this session ({exc}). Retry later.",
+                retry_after_s=table.config.capacity_retry_after_s,
+            ) from None
         self._lane = lane
         return lane
 

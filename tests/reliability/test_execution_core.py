@@ -117,6 +117,32 @@ async def test_hung_steps_past_their_deadline_leave_the_server_answering_new_cli
                 await ws.close()
 
 
+@pytest.mark.timeout(60)
+async def test_written_off_threads_are_capped_and_the_cap_frees_itself_when_they_return():
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation, step_timeout_s=0.2, max_abandoned_threads=2, web=False)
+    with running_server(app, log_config=None) as url:
+        sockets = [await connect(ws_url(url)) for _ in range(2)]
+        try:
+            for ws in sockets:
+                await _call(ws, RESET)
+            for ws in sockets:
+                assert (await _call(ws, frame(type="step", data={"message": "sleep:3"})))["data"]["code"] == "TIMEOUT"
+            async with connect(ws_url(url)) as refused:  # its env would need a new thread
+                error = json.loads(await asyncio.wait_for(refused.recv(), 10))
+            assert error["data"]["code"] == "CAPACITY_REACHED", error
+            assert (error["data"]["abandoned_threads"], error["data"]["max_abandoned_threads"]) == (2, 2)
+            for _ in range(100):  # the hung steps return after 3 s; their threads exit
+                async with httpx.AsyncClient() as http:
+                    if (await http.get(url + "/health")).json()["abandoned_threads"] == 0:
+                        break
+                await asyncio.sleep(0.1)
+            async with connect(ws_url(url)) as admitted:
+                assert (await _call(admitted, RESET))["type"] == "observation"
+        finally:
+            for ws in sockets:
+                await ws.close()
+
+
 class HangingConstructorEnv(EchoEnvironment):
     """Its constructor hangs for 3 s; its class sets a 0.3 s factory deadline."""
 
