@@ -149,9 +149,13 @@ class Executors:
         self._shared: dict[type, Lane] = {}
 
     def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
+        """The running loop, remembered as the one finished calls wake (an app served again
+        on a new loop, e.g. in-process in another `asyncio.run`, moves with it)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._wake_pending = False
+        return loop
 
     # ------------------------------------------------------------ lanes
 
