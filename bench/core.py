@@ -310,7 +310,7 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
             "",
             "Beyond the records, RSS holds the in-flight copies of a step (the observation, its JSON, "
             "the frame) that the allocator keeps for reuse in each thread's arena; it does not grow "
-            "with the number of steps (`--steps 8` and `--steps 24` end within 20 MiB of each other). "
+            "with the number of steps (`--steps 8` and `--steps 24` end within 30 MiB of each other). "
             f"A count-only record (16 replies) would hold {memory.sessions} × 16 × {mib:g} MiB = "
             f"{memory.sessions * 16 * mib:,.0f} MiB for the resume window.",
             "",
