@@ -13,8 +13,9 @@ Lifecycle of a session
 
 Every env call, one way
 -----------------------
-Each call into env code (factory, reset, step, state, close, and any other call through
-`Session.run_call`) is serialised with the session's other calls, runs on the session's lane
+Each call into env code (factory, reset, step, state, close, and any other call, e.g. an MCP
+tool: through `Session.run_call` from outside a request, `Session.call_env` inside one) is
+serialised with the session's other calls, runs on the session's lane
 thread when it is a plain function (on the loop when it is a coroutine function, or when the
 env opted into ``INLINE_SYNC``; see `envsdk.server.executors`) and has a deadline: the config's
 ``<kind>_timeout_s``, else the env class's attribute of that name, else `DEFAULT_DEADLINES_S`.
@@ -416,7 +417,7 @@ class SessionTable:
             if what == "state":
                 return await session._read_state()
             if what == "reset":
-                obs = await session._invoke("reset", env.reset, kwargs=self.reset_kwargs(env, data))
+                obs = await session.call_env("reset", env.reset, kwargs=self.reset_kwargs(env, data))
                 self.metrics.resets += 1
             else:
                 try:
@@ -425,7 +426,7 @@ class SessionTable:
                     raise FrameError(
                         ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
                     ) from None
-                obs = await session._invoke("step", env.step, (action,))
+                obs = await session.call_env("step", env.step, (action,))
             body, reward, done, metadata = observation_parts(obs)
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
         finally:
@@ -500,7 +501,9 @@ class Session:
         error_reply: Callable[[FrameError], str] | None = None,
         **kwargs: Any,
     ) -> str:
-        """Run one env call of this session the way every step runs, and return its reply.
+        """Run one env call of this session the way every step runs, and return its reply:
+        the entry for env calls made outside a request of this session (inside one, use
+        `call_env`; the session's turn is not re-entrant).
 
         ``fn(*args, **kwargs)`` runs serialised with the session's other calls; on the
         session's lane thread if `fn` is a plain function, on the loop if it is a coroutine
@@ -523,7 +526,7 @@ class Session:
             try:
                 if self.closed:
                     raise self._closed_error()
-                result = await self._invoke(kind, fn, args, kwargs, deadline_s=deadline_s)
+                result = await self.call_env(kind, fn, args, kwargs, deadline_s=deadline_s)
                 try:
                     return reply(result)
                 except Exception as exc:
@@ -594,7 +597,7 @@ class Session:
     def _closed_error(self) -> FrameError:
         return FrameError(ErrorCode.SESSION_ERROR, "This session is closed")
 
-    async def _invoke(
+    async def call_env(
         self,
         kind: str,
         fn: Callable[..., Any],
@@ -606,10 +609,16 @@ class Session:
         on_write_off: Callable[[Lane], None] | None = None,
     ) -> Any:
         """``fn(*args, **kwargs)`` as a `kind` call on `env` (default: the session's env; None
-        while building one), without the record or the lock (`run_call` adds both; the
-        request handlers hold the lock). `on_write_off(lane)` runs if the call's lane is
-        written off, before the lane stops taking work. Raises FrameError (TIMEOUT,
-        EXECUTION_ERROR, CAPACITY_REACHED, SHUTTING_DOWN)."""
+        while building one): on the session's lane (or the loop, see `run_call`), under the
+        deadline of `kind` unless `deadline_s` is given, a timed-out call ending the episode.
+        Returns `fn`'s result; raises FrameError (TIMEOUT, EXECUTION_ERROR, CAPACITY_REACHED,
+        SHUTTING_DOWN).
+
+        For code that already runs inside one of this session's requests (a request type's
+        handler: it holds the session's turn and its reply is recorded); from anywhere else
+        use `run_call`, which takes the turn and keeps the record around this very call.
+        `on_write_off(lane)` runs if the call's lane is written off, before the lane stops
+        taking work."""
         if env is ...:
             env = self.env
         owner = type(env) if env is not None else self.table.spec.factory
@@ -634,7 +643,7 @@ class Session:
             except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
                 raise _execution_error(owner, kind, EnvAborted(exc)) from None
             if inspect.isawaitable(result):
-                return await self._invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
+                return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
             return result
         else:
             lane = self._lane or self._start_lane()
@@ -669,7 +678,7 @@ class Session:
             timer.cancel()
             self._calls.discard(outer)
         if inspect.isawaitable(result):  # a sync method that returned an awaitable
-            return await self._invoke(kind, _awaited, (result,), env=env, deadline_s=seconds)
+            return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
         return result
 
     def _start_lane(self) -> Lane:
@@ -729,7 +738,7 @@ class Session:
     async def _close_env(self, env: Any) -> None:
         """Close `env` under the close deadline (on the lane for a sync close); errors logged."""
         try:
-            await self._invoke("close", env.close, env=env)
+            await self.call_env("close", env.close, env=env)
         except FrameError as exc:
             if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
                 logger.warning("closing %s: %s", type(env).__name__, exc.message)
@@ -749,9 +758,9 @@ class Session:
         plan = table.plan("factory", factory, factory)
         try:
             if plan.is_async or plan.inline:
-                env = await self._invoke("factory", factory, env=None)
+                env = await self.call_env("factory", factory, env=None)
             else:
-                env = await self._invoke("factory", ticket.build, (factory,), env=None, on_write_off=close_orphan)
+                env = await self.call_env("factory", ticket.build, (factory,), env=None, on_write_off=close_orphan)
         except FrameError as exc:
             if exc.code is not ErrorCode.EXECUTION_ERROR:
                 raise
@@ -852,7 +861,7 @@ class Session:
                 ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
             ) from None
         started = time.perf_counter()
-        obs = await self._invoke("step", env.step, (action,))
+        obs = await self.call_env("step", env.step, (action,))
         table.metrics.observe_step(time.perf_counter() - started)
         return self._observation_frame(env, "step", obs, rid)
 
@@ -862,14 +871,14 @@ class Session:
             self.env = await self._build_env()
         env = self.env
         kwargs = table.reset_kwargs(env, data)
-        obs = await self._invoke("reset", env.reset, kwargs=kwargs)
+        obs = await self.call_env("reset", env.reset, kwargs=kwargs)
         table.metrics.resets += 1
         return self._observation_frame(env, "reset", obs, rid)
 
     async def _read_state(self) -> dict[str, Any]:
         """``env.state`` as a dict, read on the lane under the state deadline."""
         env = self.env
-        state = await self._invoke("state", _get_state, (env,), env=env)
+        state = await self.call_env("state", _get_state, (env,), env=env)
         try:
             return state.model_dump() if isinstance(state, BaseModel) else dict(state)
         except Exception as exc:
