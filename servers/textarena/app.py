@@ -17,6 +17,7 @@ from servers.textarena.models import (
     TextArenaState,
 )
 from servers.textarena.nltk_data import game_unavailable
+from servers.textarena.pool import GamePool, default_game_pool
 
 __all__ = ["create_textarena_app", "env_kwargs_from_environ", "parse_kwarg"]
 
@@ -54,6 +55,7 @@ def create_textarena_app(
     num_players: int = 1,
     max_turns: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    game_pool: GamePool | None = None,
     **server_options: Any,
 ) -> FastAPI:
     """An envsdk app serving TextArena game `env_id` on ``/ws`` (and HTTP).
@@ -62,7 +64,10 @@ def create_textarena_app(
     ``TEXTARENA_MAX_TURNS`` and ``TEXTARENA_KW_*`` mean; `server_options` are
     `envsdk.server.ServerConfig` fields (``max_concurrent_envs=64``, ...). The game is built
     once here: an unknown id, kwargs the game refuses or NLTK data that is not installed raise
-    `TextArenaOptionError` with one line saying why, before anything is served.
+    `TextArenaOptionError` with one line saying why, before anything is served. Seeded resets
+    run in `game_pool` (default: the process-wide pool), whose worker processes are started
+    here; they are ``spawn``ed, so a script that builds this app must keep its top level under
+    ``if __name__ == "__main__":``.
     """
     check_env_id(env_id)
     check_int("num_players", num_players, minimum=1)
@@ -75,9 +80,13 @@ def create_textarena_app(
         raise TextArenaOptionError(f"{env_id} refused its kwargs {kwargs}: {exc}") from None
     if reason is not None:
         raise TextArenaOptionError(reason)
+    pool = game_pool or default_game_pool()
+    pool.warm()
 
     def make_env() -> TextArenaEnvironment:
-        return TextArenaEnvironment(env_id, num_players=num_players, max_turns=max_turns, env_kwargs=kwargs)
+        return TextArenaEnvironment(
+            env_id, num_players=num_players, max_turns=max_turns, env_kwargs=kwargs, game_pool=pool
+        )
 
     server_options.setdefault("env_name", "TextArenaEnvironment")
     return create_app(

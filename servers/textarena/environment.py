@@ -357,6 +357,11 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
             raise TextArenaOptionError(
                 f"{game_id} cannot be reset with num_players={players} and kwargs {kwargs}: {exc}"
             ) from None
+        except SyntaxError as exc:  # some textarena 0.7.4 games need Python 3.12's f-strings
+            raise TextArenaOptionError(
+                f"{game_id}'s TextArena module does not compile on Python "
+                f"{sys.version_info.major}.{sys.version_info.minor}: {exc}"
+            ) from None
         base, python_state, numpy_state = pickle.loads(generated.payload)
         game = self._game_for(game_id, base)
         self._random.restore(python_state, numpy_state)

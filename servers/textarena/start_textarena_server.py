@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once.",
     )
     parser.add_argument(
+        "--game-workers", type=positive_int, default=env.get("TEXTARENA_GAME_WORKERS") or None,
+        help="env var TEXTARENA_GAME_WORKERS (default min(4, CPUs)). Processes generating games.",
+    )
+    parser.add_argument(
         "--host", default=env.get("HOST", "127.0.0.1"),
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
@@ -86,23 +90,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported late so that --help and a bad env id answer without loading the server.
     from envsdk.server import serve
     from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
+    from servers.textarena.pool import GamePool
 
-    try:
-        app = create_textarena_app(
-            args.env_id, num_players=args.num_players, max_turns=args.max_turns,
-            env_kwargs=env_kwargs_from_environ(), max_concurrent_envs=args.max_concurrent_envs,
-        )
-    except TextArenaOptionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
+    # here, it still runs the `finally` below, so the game workers stop instead of orphaning.
     signal.signal(signal.SIGTERM, exit_on_sigterm)
-    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    pool = GamePool(workers=args.game_workers)
+    try:
+        try:
+            app = create_textarena_app(
+                args.env_id, num_players=args.num_players, max_turns=args.max_turns,
+                env_kwargs=env_kwargs_from_environ(), game_pool=pool,
+                max_concurrent_envs=args.max_concurrent_envs,
+            )
+        except TextArenaOptionError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        pool.shutdown()
     return 0
 
 
 def exit_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM handler: uvicorn re-raises the SIGTERM it handled once it has shut down; as
-    SystemExit it still runs the caller's ``finally`` blocks."""
+    """SIGTERM handler raising SystemExit, so the caller's ``finally`` blocks run."""
     raise SystemExit(0)
 
 
