@@ -432,7 +432,8 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
             # Settings for the server's game only: another id may not take the same kwargs.
             kwargs = self.env_kwargs if game_id == self.env_id else {}
             forbid_downloads()
-            self._game = ta.make(game_id, **kwargs)
+            with self._random.lease():  # a constructor may draw, too
+                self._game = ta.make(game_id, **kwargs)
             self._game_id = game_id
         if not isinstance(self._game, Wrapper):
             self._game = base
