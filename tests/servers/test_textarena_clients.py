@@ -61,12 +61,17 @@ def nltk_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _serve(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m servers.textarena`` in its own process; returns it and its base URL."""
+def _serve(env: dict[str, str], *, asgi: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m servers.textarena`` (or ``uvicorn servers.textarena.asgi:app``, the way
+    OpenEnv's server is started) in its own process; returns it and its base URL."""
     port = free_port()
+    command = (
+        ["-m", "uvicorn", "servers.textarena.asgi:app", "--port", str(port)]
+        if asgi
+        else ["-m", "servers.textarena", "--port", str(port), "--game-workers", "1"]
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "servers.textarena", "--port", str(port), "--game-workers", "1",
-         "--log-level", "warning", *args],
+        [sys.executable, *command, "--log-level", "warning"],
         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -136,7 +141,7 @@ def test_openenv_textarena_client_plays_hangman_guess_the_number_and_tictactoe(
         state = hangman.state()
         assert state.env_id == "Hangman-v0" and state.raw_state["game_state"]["target_word"] in WORDS
 
-    proc, url = _serve({"TEXTARENA_ENV_ID": "GuessTheNumber-v0"})
+    proc, url = _serve({"TEXTARENA_ENV_ID": "GuessTheNumber-v0", "TEXTARENA_GAME_WORKERS": "1"}, asgi=True)
     try:
         with TextArenaEnv(base_url=url).sync() as numbers:
             result = numbers.reset(seed=21)
