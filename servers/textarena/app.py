@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -17,7 +18,7 @@ from servers.textarena.models import (
     TextArenaState,
 )
 from servers.textarena.nltk_data import game_unavailable
-from servers.textarena.pool import GamePool, default_game_pool
+from servers.textarena.pool import GamePool
 
 __all__ = ["create_textarena_app", "env_kwargs_from_environ", "parse_kwarg"]
 
@@ -56,6 +57,7 @@ def create_textarena_app(
     max_turns: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     game_pool: GamePool | None = None,
+    game_workers: int | None = None,
     **server_options: Any,
 ) -> FastAPI:
     """An envsdk app serving TextArena game `env_id` on ``/ws`` (and HTTP).
@@ -65,8 +67,9 @@ def create_textarena_app(
     `envsdk.server.ServerConfig` fields (``max_concurrent_envs=64``, ...). The game is built
     once here: an unknown id, kwargs the game refuses or NLTK data that is not installed raise
     `TextArenaOptionError` with one line saying why, before anything is served. Seeded resets
-    run in `game_pool` (default: the process-wide pool), whose worker processes are started
-    here; they are ``spawn``ed, so a script that builds this app must keep its top level under
+    run in `game_pool`, whose worker processes are started here; without one the app makes its
+    own (`game_workers` processes, default min(4, CPUs)) and stops it when the app shuts down.
+    The workers are ``spawn``ed, so a script that builds this app must keep its top level under
     ``if __name__ == "__main__":``.
     """
     check_env_id(env_id)
@@ -80,7 +83,7 @@ def create_textarena_app(
         raise TextArenaOptionError(f"{env_id} refused its kwargs {kwargs}: {exc}") from None
     if reason is not None:
         raise TextArenaOptionError(reason)
-    pool = game_pool or default_game_pool()
+    pool = game_pool or GamePool(workers=game_workers)
     pool.warm()
 
     def make_env() -> TextArenaEnvironment:
@@ -89,6 +92,25 @@ def create_textarena_app(
         )
 
     server_options.setdefault("env_name", "TextArenaEnvironment")
-    return create_app(
+    app = create_app(
         make_env, TextArenaAction, TextArenaObservation, state_type=TextArenaState, **server_options
     )
+    if game_pool is None:
+        _stop_with_app(app, pool)
+    return app
+
+
+def _stop_with_app(app: FastAPI, pool: GamePool) -> None:
+    """Shut `pool` down when `app`'s lifespan ends (uvicorn ends a SIGTERMed process by the
+    signal itself, so ``atexit`` would not run and the workers would be orphaned)."""
+    serve_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(owner: Any) -> AsyncIterator[Any]:
+        try:
+            async with serve_lifespan(owner) as state:
+                yield state
+        finally:
+            pool.shutdown()
+
+    app.router.lifespan_context = lifespan

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
-from servers.textarena.pool import GamePool
 
 __all__ = ["app"]
 
@@ -19,6 +18,6 @@ app = create_textarena_app(
     num_players=int(os.environ.get("TEXTARENA_NUM_PLAYERS", "1")),
     max_turns=int(_max_turns) if _max_turns else None,
     env_kwargs=env_kwargs_from_environ(),
-    game_pool=GamePool(workers=int(_workers)) if _workers else None,
+    game_workers=int(_workers) if _workers else None,
     max_concurrent_envs=int(os.environ.get("MAX_CONCURRENT_ENVS", "64")),
 )
