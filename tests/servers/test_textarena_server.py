@@ -277,3 +277,14 @@ async def test_a_game_textarena_cannot_compile_here_gets_a_clear_error(base_url:
     async with websockets.connect(ws_url(base_url)) as ws:
         reply = await Session(ws).reset(env_id="Chess-v0", num_players=2)
     assert "does not compile on Python 3.11" in reply["data"]["message"]
+
+
+def test_the_web_page_offers_every_reset_option_of_any_game(base_url: str) -> None:
+    import httpx
+
+    assert httpx.get(f"{base_url}/web", timeout=10).status_code == 200
+    info = httpx.get(f"{base_url}/web/api/info", timeout=10).json()
+    names = json.dumps(info["reset_parameters"])
+    for option in ("env_id", "num_players", "observation_form", "opponent", "agent_player_id"):
+        assert option in names
+    assert info["text_field"] == "message"
