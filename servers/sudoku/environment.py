@@ -266,6 +266,8 @@ class SudokuEnvironment(TextArenaEnvironment):
 
     @property
     def state(self) -> SudokuState:
+        if self._game is not None:  # built when asked for: the game log grows each step
+            self._state.raw_state = snapshot_state(self._game)
         return self._state
 
     def close(self) -> None:
@@ -307,7 +309,6 @@ class SudokuEnvironment(TextArenaEnvironment):
             self._game, player_id, form=self._state.observation_form, env_id=self._state.env_id
         )
         turn = int(state.turn)
-        self._state.raw_state = snapshot_state(self._game)
         game_info = state.game_info.get(0, {})
         return SudokuObservation(
             prompt=prompt,

@@ -24,6 +24,8 @@ reports it in ``state.seed``. Steps are well under a millisecond and run on the 
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import math
 import pickle
 import random
@@ -33,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, ClassVar, get_args
 
 import textarena as ta
@@ -125,13 +128,16 @@ class GameRandom:
     def __init__(self) -> None:
         self._python: Any = None
         self._numpy: Any = None
+        self.numpy = False
 
-    def restore(self, python_state: Any, numpy_state: Any) -> None:
-        self._python, self._numpy = python_state, numpy_state
+    def restore(self, python_state: Any, numpy_state: Any, *, numpy: bool) -> None:
+        """Set the session's states; `numpy` says whether numpy's generator is leased too
+        (swapping it costs ~0.5 ms a call, so only for games that draw from it)."""
+        self._python, self._numpy, self.numpy = python_state, numpy_state, numpy
 
     @contextmanager
     def lease(self) -> Iterator[None]:
-        numpy_random = _numpy_random()
+        numpy_random = _numpy_random() if self.numpy else None
         with self._LOCK:
             saved_python = random.getstate()
             saved_numpy = numpy_random.get_state() if numpy_random is not None else None
@@ -150,9 +156,19 @@ class GameRandom:
 
 
 def _numpy_random() -> Any:
-    # Only games that import numpy draw from it; a server that never loaded numpy skips it.
-    numpy = sys.modules.get("numpy")
-    return getattr(numpy, "random", None)
+    import numpy
+
+    return numpy.random
+
+
+@functools.cache
+def draws_from_numpy(game_class: Any) -> bool:
+    """Whether the code of `game_class`'s package names numpy's global generator."""
+    package = Path(inspect.getfile(game_class)).parent
+    return any(
+        "np.random." in text or "numpy.random." in text
+        for text in (path.read_text(errors="replace") for path in package.rglob("*.py"))
+    )
 
 
 def convert_messages(messages: Any) -> list[TextArenaMessage]:
@@ -364,7 +380,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
             ) from None
         base, python_state, numpy_state = pickle.loads(generated.payload)
         game = self._game_for(game_id, base)
-        self._random.restore(python_state, numpy_state)
+        self._random.restore(python_state, numpy_state, numpy=draws_from_numpy(base.__class__))
         if isinstance(base.state, ta.FFAMultiPlayerState) and base.state.num_players < 2:
             # TextArena's free-for-all turn rotation loops forever once its only player is
             # eliminated: refuse the setting instead of hanging the server.
@@ -388,7 +404,6 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
         )
         if self._opponent is not None:
             self._play_opponents()
-        self._state.raw_state = snapshot_state(game)
         return self._observe(reward=0.0, done=bool(unwrap(game).state.done))
 
     async def step(self, action: TextArenaAction) -> TextArenaObservation:
@@ -412,11 +427,14 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
         self._state.turn = int(getattr(state, "turn", self._state.turn + 1))
         reward = self._reward()
         self._state.last_reward = reward
-        self._state.raw_state = snapshot_state(self._game)
         return self._observe(reward=reward, done=bool(done))
 
     @property
     def state(self) -> TextArenaState:
+        """The session's state; ``raw_state`` is copied from the game now (a game log grows
+        each step, so it is built when asked for, not at every step)."""
+        if self._game is not None:
+            self._state.raw_state = snapshot_state(self._game)
         return self._state
 
     def close(self) -> None:
