@@ -288,3 +288,26 @@ def test_the_web_page_offers_every_reset_option_of_any_game(base_url: str) -> No
     for option in ("env_id", "num_players", "observation_form", "opponent", "agent_player_id"):
         assert option in names
     assert info["text_field"] == "message"
+
+
+async def test_concurrent_resets_with_different_seeds_each_get_their_own_game(base_url: str) -> None:
+    import textarena as ta
+
+    seeds = list(range(100, 108))
+    expected = []
+    for seed in seeds:
+        game = ta.make("Minesweeper-v0-raw")
+        game.reset(num_players=1, seed=seed)
+        game.step("[3 3]")  # the mines are laid at the first click, from the generator
+        expected.append(game.state.game_state["grid"])
+
+    async def one(seed: int) -> Any:
+        async with websockets.connect(ws_url(base_url), max_size=None) as ws:
+            s = Session(ws)
+            await s.reset(env_id="Minesweeper-v0-raw", seed=seed)
+            await s.step("[3 3]")
+            return (await s.state())["data"]["raw_state"]["game_state"]["grid"]
+
+    grids = await asyncio.gather(*(one(seed) for seed in seeds))
+    assert grids == expected
+    assert len({json.dumps(g) for g in grids}) > 1
