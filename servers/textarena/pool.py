@@ -47,18 +47,27 @@ class WorkerPool:
     threaded server); `warm` starts them ahead of time, `shutdown` stops them.
     """
 
-    def __init__(self, workers: int | None = None, cache_size: int = 4096) -> None:
+    def __init__(
+        self, workers: int | None = None, cache_size: int = 4096, cache_bytes: int = 256 * 2**20
+    ) -> None:
         if workers is not None and workers < 1:
             raise TextArenaOptionError(f"a worker pool needs at least 1 worker, got {workers}")
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
         self.cache_size = cache_size
+        self.cache_bytes = cache_bytes
         self._cache: OrderedDict[Hashable, Future[Any]] = OrderedDict()
+        self._weights: dict[Hashable, int] = {}
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
 
+    def weigh(self, result: Any) -> int:
+        """The bytes a cached `result` holds (counted against `cache_bytes`); 0 by default."""
+        return 0
+
     def submit_cached(self, key: Hashable, fn: Any, *args: Any) -> Future[Any]:
         """The future of ``fn(*args)`` in a worker, shared by every caller with `key` (a failed
-        one is retried)."""
+        one is retried). The cache keeps at most `cache_size` results and about `cache_bytes`
+        bytes of them, dropping the least recently asked for first."""
         with self._lock:
             future = self._cache.get(key)
             if future is not None and not (future.done() and future.exception() is not None):
@@ -66,9 +75,25 @@ class WorkerPool:
                 return future
             future = self._submit_locked(fn, *args)
             self._cache[key] = future
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            return future
+            self._weights.pop(key, None)
+            self._evict_locked()
+        future.add_done_callback(lambda done: self._weighed(key, done))
+        return future
+
+    def _weighed(self, key: Hashable, done: Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        with self._lock:
+            if self._cache.get(key) is done:
+                self._weights[key] = self.weigh(done.result())
+                self._evict_locked()
+
+    def _evict_locked(self) -> None:
+        while len(self._cache) > self.cache_size or (
+            len(self._cache) > 1 and sum(self._weights.values()) > self.cache_bytes
+        ):
+            evicted, _ = self._cache.popitem(last=False)
+            self._weights.pop(evicted, None)
 
     def warm(self) -> None:
         """Start every worker process now instead of on the first tasks."""
@@ -83,6 +108,7 @@ class WorkerPool:
         with self._lock:
             executor, self._executor = self._executor, None
             self._cache.clear()
+            self._weights.clear()
         if executor is None:
             return
         # Python < 3.14 has no public way to stop a busy worker; `_processes` is the executor's
@@ -136,7 +162,10 @@ def _generate_game(env_id: str, kwargs: dict[str, Any], num_players: int, seed: 
 
 class GamePool(WorkerPool):
     """Generates seeded TextArena games in worker processes; cached by (id, kwargs, players,
-    seed)."""
+    seed), bounded by count and by pickled bytes (a word game carries its dictionary)."""
+
+    def weigh(self, result: Any) -> int:
+        return len(result.payload)
 
     def submit(
         self, env_id: str, kwargs: dict[str, Any], num_players: int, seed: int

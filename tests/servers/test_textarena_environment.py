@@ -121,3 +121,21 @@ async def test_sudoku_is_the_specialisation_and_sends_raw_state() -> None:
         assert obs.board and env.state.board  # the structured fields stay
     finally:
         boards.shutdown()
+
+
+def test_the_game_cache_is_bounded_in_bytes() -> None:
+    import time
+
+    games = GamePool(workers=1, cache_bytes=1)  # any two cached games are over the bound
+    try:
+        first = games.submit("GuessTheNumber-v0", {}, 1, 1)
+        first.result(timeout=60)
+        second = games.submit("GuessTheNumber-v0", {}, 1, 2)
+        second.result(timeout=60)
+        deadline = time.monotonic() + 10
+        while games.submit("GuessTheNumber-v0", {}, 1, 1) is first and time.monotonic() < deadline:
+            time.sleep(0.05)  # the size is recorded by a callback right after the result
+        assert games.submit("GuessTheNumber-v0", {}, 1, 1) is not first
+        assert games.submit("GuessTheNumber-v0", {}, 1, 2) is not second  # evicted by the re-run
+    finally:
+        games.shutdown()
