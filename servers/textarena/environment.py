@@ -300,8 +300,9 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
     `env_id`, `num_players`, `max_turns` and `env_kwargs` are the server's settings (OpenEnv's
     ``TEXTARENA_*`` variables): `env_kwargs` go to ``ta.make``; `max_turns` is reported in the
     state as OpenEnv does (a game's own turn limit is one of its kwargs, e.g. ``max_turns``).
-    The game object is kept across resets of the same id, as OpenEnv does (constructing a word
-    game loads its dictionary); its wrappers' transcript is cleared at each reset.
+    Each reset's game comes from `game_pool` (default: the process-wide `GamePool`) and is put
+    under the session's TextArena wrappers, which are kept across resets of the same id with
+    their transcript cleared.
     """
 
     reset_timeout_s: ClassVar[float | None] = 60.0
