@@ -66,13 +66,16 @@ def _serve(env: dict[str, str], *, asgi: bool = False) -> tuple[subprocess.Popen
     OpenEnv's server is started) in its own process; returns it and its base URL."""
     port = free_port()
     command = (
-        ["-m", "uvicorn", "servers.textarena.asgi:app", "--port", str(port)]
+        ["-m", "uvicorn", "servers.textarena.asgi:app", "--port", str(port), "--log-level", "warning"]
         if asgi
-        else ["-m", "servers.textarena", "--port", str(port), "--game-workers", "1"]
+        else ["-m", "servers.textarena", "--port", str(port), "--game-workers", "1", "--log-level", "warning"]
     )
+    return _started([sys.executable, *command], env, port)
+
+
+def _started(command: list[str], env: dict[str, str], port: int) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
-        [sys.executable, *command, "--log-level", "warning"],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -216,3 +219,22 @@ def test_trl_wordle_example_environment_class_runs_against_the_server(hangman_ur
         assert env.reset() is not None and not env.done
     finally:
         env.client.close()
+
+
+def test_the_launcher_starts_as_ms_swifts_start_sudoku_server_is() -> None:
+    """ms-swift starts OpenEnv's server with ``TEXTARENA_ENV_ID=Sudoku-v0 MAX_CONCURRENT_ENVS=8
+    python start_sudoku_server.py`` (HOST, PORT from the environment): the same here."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    port = free_port()
+    script = Path(__file__).parents[2] / "servers" / "textarena" / "start_textarena_server.py"
+    env = {"TEXTARENA_ENV_ID": "Sudoku-v0", "MAX_CONCURRENT_ENVS": "8", "PORT": str(port),
+           "TEXTARENA_GAME_WORKERS": "1"}
+    proc, url = _started([sys.executable, str(script)], env, port)
+    try:
+        with GenericEnvClient(base_url=url).sync() as client:
+            result = client.reset(seed=1)
+            assert "Sudoku" in result.observation["prompt"] and not result.done
+        assert httpx.get(f"{url}/health", timeout=5).json()["max_sessions"] == 8
+    finally:
+        stop_process(proc)
