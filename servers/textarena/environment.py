@@ -390,7 +390,11 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
                 f"{game_id} is a multi-player game: num_players must be at least 2 "
                 "(one session plays every player in turn; see current_player_id)"
             )
-        self._opponent = make_opponent(opponent, unwrap(game), game_id) if opponent is not None else None
+        try:
+            self._opponent = make_opponent(opponent, base, game_id) if opponent is not None else None
+        except TextArenaOptionError:
+            self._game = None  # no half-started episode: the next step is refused as NOT_RESET
+            raise
         self._opponent_rng = random.Random(seed)
         self._state = TextArenaState(
             episode_id=episode_id or str(uuid.uuid4()),

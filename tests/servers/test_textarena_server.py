@@ -135,6 +135,8 @@ async def test_bad_reset_options_get_errors_that_say_what_to_change(base_url: st
         assert "The number of players has to be 2" in two["data"]["message"]
         no_opponent = await s.reset(env_id="QuantumTicTacToe-v0", num_players=2, opponent="random")
         assert "has no built-in opponent" in no_opponent["data"]["message"]
+        refused_step = await s.step("[1]")
+        assert refused_step["data"]["code"] == "NOT_RESET"  # a failed reset leaves no episode
         typo = await s.reset(oponent="random")
         assert typo["data"]["code"] == "VALIDATION_ERROR"
         # The session still works after all of that.
