@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from fastapi import Body, FastAPI, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 import envsdk
 from envsdk.env import Environment
@@ -50,9 +50,10 @@ from envsdk.protocol import (
     FrameError,
     decode_request,
     encode,
-    validation_errors,
+    validate_model,
 )
 from envsdk.server.auth import AccessControl
+from envsdk.server.limits import BodyLimit
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
@@ -134,7 +135,9 @@ def create_app(
         AccessControl,
         token=cfg.token.get_secret_value() if cfg.token else None,
         allowed_origins=cfg.allowed_origins,
+        allowed_hosts=cfg.allowed_hosts,
     )
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.web:
         from envsdk.web import mount_web
 
@@ -278,41 +281,61 @@ async def _send_quietly(ws: WebSocket, frame: str) -> None:
 
 async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable, drain: _Drain) -> None:
     """Read requests until the socket goes or the client sends ``close``; one reply each."""
-    max_bytes = table.config.max_frame_bytes
-    errors = table.metrics.errors
-    receive, send = ws.receive, ws.send_text
+    send = ws.send_text
+    message = await _first_message(ws, table.config.first_frame_timeout_s)
+    if message is None:
+        return
     while True:
-        message = await receive()
         if message["type"] == "websocket.disconnect":
             return
         drain.busy += 1  # until the reply is sent, so a drain lets it reach the client
         try:
-            text = message.get("text")
-            if text is None:
-                errors[ErrorCode.INVALID_JSON.value] += 1
-                reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
-            else:
-                try:
-                    request = decode_request(text, max_bytes=max_bytes)
-                except FrameError as exc:
-                    errors[exc.code.value] += 1
-                    reply = error_frame(exc.code, exc.message, **exc.details)
-                else:
-                    if request.type == "close":
-                        table.destroy(session)
-                        await _close_quietly(ws, CloseCode.NORMAL)
-                        return
-                    if drain.draining:
-                        errors[ErrorCode.SHUTTING_DOWN.value] += 1
-                        reply = encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
-                    else:
-                        reply = await session.handle(request)
+            reply = await _answer(message.get("text"), session, table, drain)
+            # The frame and what it parsed to (a 16 MiB frame can make 100 MiB of objects) must
+            # not stay alive while the connection waits for the next one.
+            del message
+            if reply is None:  # the client's `close`
+                table.destroy(session)
+                await _close_quietly(ws, CloseCode.NORMAL)
+                return
             try:
                 await send(reply)
             except Exception:  # any send failure means the peer is gone; the caller detaches
                 return
         finally:
             drain.busy -= 1
+        message = await ws.receive()
+
+
+async def _answer(text: str | None, session: Session, table: SessionTable, drain: _Drain) -> str | None:
+    """The encoded reply to one frame (`text` None: a binary frame), or None for ``close``."""
+    errors = table.metrics.errors
+    if text is None:
+        errors[ErrorCode.INVALID_JSON.value] += 1
+        return error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
+    try:
+        request = decode_request(text, max_bytes=table.config.max_frame_bytes)
+    except FrameError as exc:
+        errors[exc.code.value] += 1
+        return error_frame(exc.code, exc.message, **exc.details)
+    if request.type == "close":
+        return None
+    if drain.draining:
+        errors[ErrorCode.SHUTTING_DOWN.value] += 1
+        return encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
+    return await session.handle(request)
+
+
+async def _first_message(ws: WebSocket, timeout: float | None) -> Any:
+    """The client's first message, or None when none came within `timeout` (the socket is then
+    closed with 1008): an accepted socket holds a slot and an env, it must use them."""
+    if timeout is None:
+        return await ws.receive()
+    try:
+        return await asyncio.wait_for(ws.receive(), timeout)
+    except TimeoutError:
+        await _close_quietly(ws, CloseCode.POLICY_VIOLATION, f"no request within {timeout} s")
+        return None
 
 
 async def _refuse(ws: WebSocket, frame: str, code: int) -> None:
@@ -342,7 +365,20 @@ async def _reap_forever(table: SessionTable) -> None:
 
 
 async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
-    """One call on a throw-away env, with the WebSocket path's checks and deadlines."""
+    """One call on a throw-away env, with the WebSocket path's checks and deadlines; it holds
+    a slot of ``max_concurrent_envs`` while it runs (503 CAPACITY_REACHED when none is free)."""
+    try:
+        table.take_slot()
+    except FrameError as exc:
+        return _http_error(table, exc)
+    table.stateless_calls += 1
+    try:
+        return await _stateless_call(table, what, data)
+    finally:
+        table.stateless_calls -= 1
+
+
+async def _stateless_call(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
     try:
         env = await table.create_env()
     except FrameError as exc:
@@ -362,10 +398,7 @@ async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> An
             kwargs = table.reset_kwargs(env, data)
             deadline = table.deadline(env, "reset_timeout_s")
         else:
-            try:
-                args = (table.spec.action_type.model_validate(data),)
-            except ValidationError as exc:
-                return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
+            args = (validate_model(table.spec.action_type, data),)
             kwargs = {}
             deadline = table.deadline(env, "step_timeout_s")
         obs = await table.call(env, what, args, kwargs, deadline, abandoned.append)

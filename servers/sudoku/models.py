@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from envsdk.types import Action, Observation, State
 
 __all__ = [
+    "MAX_MOVE_CHARS",
     "ObservationForm",
     "MoveVerdict",
     "TextArenaMessage",
@@ -54,10 +55,15 @@ class LastMove(BaseModel):
     reason: str | None = Field(default=None, description="The game's reason for a refusal")
 
 
+MAX_MOVE_CHARS = 8192
+"""Longest move message the server takes: the cumulative observation repeats every message of
+the episode, so an unbounded one would let a client inflate every later reply."""
+
+
 class SudokuAction(Action):
     """A model reply; the game reads the first ``[row column digit]`` in it (1-based)."""
 
-    message: str
+    message: str = Field(max_length=MAX_MOVE_CHARS)
 
 
 class SudokuObservation(Observation):
