@@ -112,6 +112,7 @@ class DrainingServer(uvicorn.Server):
 # client that floods a connection can take.
 _READ_PAUSE_MESSAGES = 8
 _READ_PAUSE_BYTES = 64 * 1024
+_READ_BYTES = 16 * 1024
 
 
 @functools.cache
@@ -162,6 +163,26 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
             self._stall_timer = None
             self.logger.info("%s - WebSocket peer read nothing for %s s: dropped", self.client, self.ping_timeout)
             self.transport.abort()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            # asyncio reads up to 256 KiB at a time, and all of it is handled before the loop
+            # does anything else: 256 KiB of pings is 43,000 frames, seconds of work and
+            # megabytes of frame objects. Smaller reads keep the loop's timers (keepalive) and
+            # other clients served during a flood.
+            if hasattr(transport, "max_size"):
+                setattr(transport, "max_size", _READ_BYTES)  # noqa: B010 (not in the type)
+
+        def handle_ping(self) -> None:
+            pass  # the pong goes out with the rest of this read's output, in `data_received`
+
+        def data_received(self, data: bytes) -> None:
+            # One write per read, not one per ping: a read can hold tens of thousands of pings,
+            # and a write each kept the loop (keepalive timers, other clients) waiting.
+            super().data_received(data)
+            output = self.conn.data_to_send()
+            if output and not self.transport.is_closing():
+                self.transport.write(b"".join(output))
 
         def keepalive_timeout(self) -> None:
             super().keepalive_timeout()
