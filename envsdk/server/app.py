@@ -6,21 +6,26 @@ extensions:
 * ``{"type": "session"}`` answers a `SessionInfo`; from then on the session survives its
   socket for ``resume_window_s``. Resume by connecting to
   ``/ws?session_id=<id>&resume_token=<token>``: nothing is sent on success (send
-  ``{"type":"session"}`` again to read ``resumed: true`` and the episode's position); an
+  ``{"type":"session"}`` again to read ``resumed: true``, the episode's position and the new
+  resume token: each token resumes once); an
   unknown id, a wrong token or an expired session gets ``RESUME_FAILED`` then close 4404.
   A resume closes the session's previous socket, if still open, with 4409.
 * ``"id"`` on a request: echoed on the reply; exactly-once replay (see `sessions`).
 
-Frame size: text frames longer than ``max_frame_bytes`` are answered with FRAME_TOO_LARGE
+Frame size: text frames of more than ``max_frame_bytes`` UTF-8 bytes get FRAME_TOO_LARGE
 and the session goes on. Frames beyond the WebSocket layer's own limit (uvicorn's
 ``ws_max_size``; `envsdk.server.serve` sets it to four times ``max_frame_bytes``) are refused
 by that layer with close code 1009. Binary frames are answered with INVALID_JSON.
 
-HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
-OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+A socket that sends no frame within ``first_frame_timeout_s`` is closed (1008).
 
-Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (optional bearer
-token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
+HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
+OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``; each stateless call holds
+a slot of ``max_concurrent_envs`` while it runs. Bodies over ``max_body_bytes`` get 413
+(`envsdk.server.limits`).
+
+Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (Host allow-list,
+optional bearer token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
 `envsdk.server.serve` on SIGTERM/SIGINT, before uvicorn closes the sockets) stops taking
 requests, lets those in flight finish for up to ``drain_timeout_s``, sends every connection a
 ``SHUTTING_DOWN`` error frame, closes it with 1001 "server shutting down" and closes every env.
