@@ -231,7 +231,7 @@ class SessionTable:
             f"{f' and {len(unknown) - len(shown)} more' if len(unknown) > len(shown) else ''} for "
             f"{env_type.__name__}.reset; accepted: {sorted(accepted)}",
             errors=[extra_key_error(key, data[key], ("data",)) for key in shown],
-            errors_omitted=len(unknown) - len(shown),
+            **({"errors_omitted": len(unknown) - len(shown)} if len(unknown) > len(shown) else {}),
         )
 
     def runs_inline(self, owner: Any, method: str, fn: Callable[..., Any]) -> bool:
