@@ -167,7 +167,7 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(
         default_factory=lambda: int(_env_number("ENVSDK_MAX_BODY_BYTES", 1024 * 1024, int) or 0),
         ge=64,
-        description="Largest HTTP request body (POST /reset, /step, /mcp …); larger ones get 413 "
+        description="Largest HTTP request body (POST /reset, /step …); larger ones get 413 "
         "before they are read. Default: ENVSDK_MAX_BODY_BYTES, else 1 MiB.",
     )
     handshake_timeout_s: float = Field(
