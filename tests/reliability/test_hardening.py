@@ -33,6 +33,12 @@ def _rss(server: ServerProcess) -> int:
     return int(psutil.Process(server.proc.pid).memory_info().rss)
 
 
+def _cpu_s(server: ServerProcess) -> float:
+    """CPU seconds the server has used: unlike wall time, not stretched by a loaded machine."""
+    times = psutil.Process(server.proc.pid).cpu_times()
+    return float(times.user + times.system)
+
+
 def _ws(server: ServerProcess, query: str = "") -> str:
     return f"ws://127.0.0.1:{server.port}/ws" + (f"?{query}" if query else "")
 
@@ -160,12 +166,13 @@ def test_a_wide_action_is_answered_at_once_with_a_bounded_error_list(echo):
     assert 15 * MiB < len(frame) < 16 * MiB
     with connect(_ws(echo), max_size=None) as ws:
         assert _ask(ws, {"type": "reset", "data": {}})["type"] == "observation"
-        before = _rss(echo)
+        before, cpu_before = _rss(echo), _cpu_s(echo)
         with HealthProbe(echo.url) as probe:
             started = time.perf_counter()
             ws.send(frame)
             raw = ws.recv(timeout=60)
             took = time.perf_counter() - started
+        cpu = _cpu_s(echo) - cpu_before
         reply = json.loads(raw)
         grown = _rss(echo) - before
         assert reply["data"]["code"] == "VALIDATION_ERROR"
@@ -175,7 +182,8 @@ def test_a_wide_action_is_answered_at_once_with_a_bounded_error_list(echo):
         assert grown < 100 * MiB, f"server RSS grew by {grown / MiB:.0f} MiB"
         assert took < 5.0 and probe.worst_s < 5.0, (took, probe.worst_s)  # < 1 s unloaded
         assert _ask(ws, {"type": "step", "data": {"message": "still here"}})["type"] == "observation"
-    print(f"\nwide action: {len(frame) / MiB:.1f} MiB answered in {took:.2f} s, reply {len(raw)} B, "
+    print(f"\nwide action: {len(frame) / MiB:.1f} MiB answered in {took:.2f} s ({cpu:.2f} s of server CPU), "
+          f"reply {len(raw)} B, "
           f"RSS +{grown / MiB:.1f} MiB, slowest /health {probe.worst_s:.2f} s")
 
 
