@@ -310,7 +310,8 @@ def validate_model(model: type[_M], data: Any) -> _M:
     would build one error per key, and a frame of a million keys would cost seconds and
     gigabytes to answer.
     """
-    if isinstance(data, dict) and model.model_config.get("extra") == "forbid":
+    # Only a dict of more keys than errors shown can take this path: one len() on the hot path.
+    if isinstance(data, dict) and len(data) > MAX_REPORTED_ERRORS and model.model_config.get("extra") == "forbid":
         known = _field_keys(model)
         extra = len(data) - sum(1 for key in known if key in data)
         if extra > MAX_REPORTED_ERRORS:
