@@ -8,6 +8,7 @@ capacity · 4 slowloris · 5 DNS rebinding · 6 slots held for free · 7 lone su
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import socket
@@ -146,9 +147,20 @@ class HealthProbe:
         self._thread.join(35)
 
 
+@contextlib.contextmanager
+def bounded_server(target: str, log_path: Path, *, max_growth: int = 64 * MiB,
+                   **kwargs: object) -> Iterator[ServerProcess]:
+    """`serve_process`, failing the test if the server's RSS grew by `max_growth` or more."""
+    with serve_process(target, log_path, **kwargs) as server:
+        start = _rss(server)
+        yield server
+        grown = _rss(server) - start
+        assert grown < max_growth, f"server RSS grew by {grown / MiB:.0f} MiB over the test"
+
+
 @pytest.fixture
 def echo(tmp_path: Path) -> Iterator[ServerProcess]:
-    with serve_process(ECHO, tmp_path / "server.log") as server:
+    with bounded_server(ECHO, tmp_path / "server.log", max_growth=100 * MiB) as server:
         yield server
 
 
@@ -236,7 +248,7 @@ def _dropped_within(raw: RawWebSocket, seconds: float) -> bool:
 @pytest.mark.timeout(90)
 def test_unread_pings_cost_bounded_memory_and_the_peer_loses_its_slot(tmp_path):
     flood_s = 5.0
-    with serve_process(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE) as server:
+    with bounded_server(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE) as server:
         raw = RawWebSocket(server.port, rcvbuf=4096)
         assert raw.status == 101
         raw.send_text(json.dumps({"type": "reset", "data": {}}))
@@ -266,7 +278,7 @@ def test_unread_pings_cost_bounded_memory_and_the_peer_loses_its_slot(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_live_peer_that_stops_reading_loses_its_slot_after_keepalive(tmp_path):
-    with serve_process(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE) as server:
+    with bounded_server(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE) as server:
         raw = RawWebSocket(server.port, rcvbuf=4096)
         raw.send_text(json.dumps({"type": "reset", "data": {}}))
         # Replies of 200 KiB each pile up unread in the server's send buffer.
@@ -289,7 +301,7 @@ def test_a_live_peer_that_stops_reading_loses_its_slot_after_keepalive(tmp_path)
 
 @pytest.mark.timeout(90)
 def test_http_bodies_are_limited_and_stateless_calls_share_the_capacity(tmp_path):
-    with serve_process(ECHO, tmp_path / "server.log", args=["--max-concurrent-envs", "4"]) as server:
+    with bounded_server(ECHO, tmp_path / "server.log", args=["--max-concurrent-envs", "4"]) as server:
         before = _rss(server)
         big = b'{"seed": 1, "pad": "' + b"x" * (8 * MiB) + b'"}'
         started = time.perf_counter()
@@ -342,7 +354,7 @@ def test_half_open_upgrades_do_not_lock_out_an_honest_client(tmp_path):
     if soft < count + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(count + 1100, hard), hard))
     sockets: list[socket.socket] = []
-    with serve_process(ECHO, tmp_path / "server.log", preexec_fn=_lower_open_files_limit,
+    with bounded_server(ECHO, tmp_path / "server.log", preexec_fn=_lower_open_files_limit,
                        env={"ENVSDK_HANDSHAKE_TIMEOUT_S": "3"}) as server:
         try:
             for _ in range(count):
@@ -377,7 +389,7 @@ def test_half_open_upgrades_do_not_lock_out_an_honest_client(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_rebound_host_name_is_refused_on_loopback_unless_allowed(tmp_path):
-    with serve_process(ECHO, tmp_path / "server.log") as server:
+    with bounded_server(ECHO, tmp_path / "server.log") as server:
         evil = f"attacker.example:{server.port}"
         raw = RawWebSocket(server.port, host=evil, origin=f"http://{evil}")
         raw.send_text(json.dumps({"type": "reset", "data": {}}))
@@ -389,7 +401,7 @@ def test_a_rebound_host_name_is_refused_on_loopback_unless_allowed(tmp_path):
         for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}"):
             assert httpx.post(server.url + "/reset", json={}, headers={"Host": host}).status_code == 200
         assert httpx.get(server.url + "/health").json()["active_sessions"] == 0
-    with serve_process(ECHO, tmp_path / "allowed.log", args=["--allowed-hosts", "attacker.example"]) as server:
+    with bounded_server(ECHO, tmp_path / "allowed.log", args=["--allowed-hosts", "attacker.example"]) as server:
         evil = f"attacker.example:{server.port}"
         assert httpx.post(server.url + "/reset", json={}, headers={"Host": evil}).status_code == 200
         assert httpx.post(server.url + "/reset", json={}, headers={"Host": "127.0.0.1"}).status_code == 403
@@ -400,7 +412,7 @@ def test_a_rebound_host_name_is_refused_on_loopback_unless_allowed(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_silent_sockets_and_abandoned_handshakes_do_not_hold_the_slots(tmp_path):
-    with serve_process(ECHO, tmp_path / "server.log", args=["--max-concurrent-envs", "4"],
+    with bounded_server(ECHO, tmp_path / "server.log", args=["--max-concurrent-envs", "4"],
                        env={"ENVSDK_FIRST_FRAME_TIMEOUT_S": "1"}) as server:
         silent = [connect(_ws(server)) for _ in range(4)]
         try:
@@ -454,7 +466,7 @@ def test_lone_surrogates_get_a_typed_error_and_the_connection_lives(echo):
 
 @pytest.mark.timeout(60)
 def test_resume_tokens_are_not_logged_and_resume_only_once(tmp_path):
-    with serve_process(ECHO, tmp_path / "server.log", args=["--log-level", "info"]) as server:
+    with bounded_server(ECHO, tmp_path / "server.log", args=["--log-level", "info"]) as server:
         ws = connect(_ws(server))
         first = _ask(ws, {"type": "session"})["data"]
         ws.socket.shutdown(socket.SHUT_RDWR)
@@ -480,7 +492,7 @@ def test_resume_tokens_are_not_logged_and_resume_only_once(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_the_frame_limit_counts_bytes_not_characters(tmp_path):
-    with serve_process("reliability.apps:small_frames", tmp_path / "server.log") as server:
+    with bounded_server("reliability.apps:small_frames", tmp_path / "server.log") as server:
         emoji = "\N{GRINNING FACE}" * 20_000  # 20,000 characters, 80,000 bytes > 64 KiB
         with connect(_ws(server)) as ws:
             _ask(ws, {"type": "reset", "data": {}})
@@ -491,7 +503,7 @@ def test_the_frame_limit_counts_bytes_not_characters(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_sudoku_caps_client_chosen_options_and_move_size(tmp_path):
-    with serve_process("", tmp_path / "server.log", module="servers.sudoku", args=["--board-workers", "1"],
+    with bounded_server("", tmp_path / "server.log", module="servers.sudoku", args=["--board-workers", "1"],
                        timeout_s=60) as server:
         with connect(_ws(server)) as ws:
             reply = _ask(ws, {"type": "reset", "data": {"seed": 1, "error_allowance": 10**9}}, timeout=60)
