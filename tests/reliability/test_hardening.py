@@ -496,9 +496,13 @@ def test_the_frame_limit_counts_bytes_not_characters(tmp_path):
         emoji = "\N{GRINNING FACE}" * 20_000  # 20,000 characters, 80,000 bytes > 64 KiB
         with connect(_ws(server)) as ws:
             _ask(ws, {"type": "reset", "data": {}})
-            reply = _ask(ws, {"type": "step", "data": {"message": emoji}})
+            # Sent as UTF-8 text, not \u escapes (json.dumps' default would make it ASCII).
+            frame = json.dumps({"type": "step", "data": {"message": emoji}}, ensure_ascii=False)
+            assert len(frame) < 64 * 1024 < len(frame.encode())
+            reply = _ask(ws, frame)
             assert reply["data"]["code"] == "FRAME_TOO_LARGE", reply["type"]
-            assert _ask(ws, {"type": "step", "data": {"message": "\N{GRINNING FACE}" * 1000}})["type"] == "observation"
+            small = json.dumps({"type": "step", "data": {"message": "\N{GRINNING FACE}" * 1000}}, ensure_ascii=False)
+            assert _ask(ws, small)["type"] == "observation"
 
 
 @pytest.mark.timeout(120)
