@@ -265,11 +265,14 @@ def test_unread_pings_cost_bounded_memory_and_the_peer_loses_its_slot(tmp_path):
                 except OSError:
                     break  # the server dropped us: what should happen
         grown = _rss(server) - before
-        dropped = _dropped_within(raw, 5.0)
+        # Keepalive ping at 1 s, unanswered by 3 s: the drop is due well before 7 s.
+        dropped = _dropped_within(raw, max(0.0, 7.0 - (time.monotonic() - flood_started)))
         dropped_after = time.monotonic() - flood_started
         slot_freed = httpx.get(server.url + "/health").json()["active_sessions"] == 0
         raw.close()
-    assert grown < 50 * MiB, f"server RSS grew by {grown / MiB:.0f} MiB during {flood_s} s of unread pings"
+    # Pongs wait in at most 64 KiB of send buffer and a read parses at most 16 KiB of pings:
+    # the growth is a fixed few hundred KiB, not a share of what was sent (20 s: < 1 MiB).
+    assert grown < 4 * MiB, f"server RSS grew by {grown / MiB:.1f} MiB during {flood_s} s of unread pings"
     assert probe.worst_s < 2.0, f"/health took {probe.worst_s:.1f} s during the flood"
     assert dropped and slot_freed, "a peer that reads nothing kept its connection and slot past the keepalive"
     print(f"\nping flood: {sent / MiB:.1f} MiB of pings sent in {flood_s} s, server RSS +{grown / MiB:.1f} MiB, "
