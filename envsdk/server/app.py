@@ -6,21 +6,26 @@ extensions:
 * ``{"type": "session"}`` answers a `SessionInfo`; from then on the session survives its
   socket for ``resume_window_s``. Resume by connecting to
   ``/ws?session_id=<id>&resume_token=<token>``: nothing is sent on success (send
-  ``{"type":"session"}`` again to read ``resumed: true`` and the episode's position); an
+  ``{"type":"session"}`` again to read ``resumed: true``, the episode's position and the new
+  resume token: each token resumes once); an
   unknown id, a wrong token or an expired session gets ``RESUME_FAILED`` then close 4404.
   A resume closes the session's previous socket, if still open, with 4409.
 * ``"id"`` on a request: echoed on the reply; exactly-once replay (see `sessions`).
 
-Frame size: text frames longer than ``max_frame_bytes`` are answered with FRAME_TOO_LARGE
+Frame size: text frames of more than ``max_frame_bytes`` UTF-8 bytes get FRAME_TOO_LARGE
 and the session goes on. Frames beyond the WebSocket layer's own limit (uvicorn's
 ``ws_max_size``; `envsdk.server.serve` sets it to four times ``max_frame_bytes``) are refused
 by that layer with close code 1009. Binary frames are answered with INVALID_JSON.
 
-HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
-OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+A socket that sends no frame within ``first_frame_timeout_s`` is closed (1008).
 
-Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (optional bearer
-token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
+HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
+OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``; each stateless call holds
+a slot of ``max_concurrent_envs`` while it runs. Bodies over ``max_body_bytes`` get 413
+(`envsdk.server.limits`).
+
+Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (Host allow-list,
+optional bearer token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
 `envsdk.server.serve` on SIGTERM/SIGINT, before uvicorn closes the sockets) stops taking
 requests, lets those in flight finish for up to ``drain_timeout_s``, sends every connection a
 ``SHUTTING_DOWN`` error frame, closes it with 1001 "server shutting down" and closes every env.
@@ -52,6 +57,7 @@ from envsdk.protocol import (
     encode,
 )
 from envsdk.server.auth import AccessControl
+from envsdk.server.limits import BodyLimit
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
@@ -133,7 +139,9 @@ def create_app(
         AccessControl,
         token=cfg.token.get_secret_value() if cfg.token else None,
         allowed_origins=cfg.allowed_origins,
+        allowed_hosts=cfg.allowed_hosts,
     )
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.web:
         from envsdk.web import mount_web
 
@@ -283,41 +291,61 @@ async def _send_quietly(ws: WebSocket, frame: str) -> None:
 
 async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable, drain: _Drain) -> None:
     """Read requests until the socket goes or the client sends ``close``; one reply each."""
-    max_bytes = table.config.max_frame_bytes
-    errors = table.metrics.errors
-    receive, send = ws.receive, ws.send_text
+    send = ws.send_text
+    message = await _first_message(ws, table.config.first_frame_timeout_s)
+    if message is None:
+        return
     while True:
-        message = await receive()
         if message["type"] == "websocket.disconnect":
             return
         drain.busy += 1  # until the reply is sent, so a drain lets it reach the client
         try:
-            text = message.get("text")
-            if text is None:
-                errors[ErrorCode.INVALID_JSON.value] += 1
-                reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
-            else:
-                try:
-                    request = decode_request(text, max_bytes=max_bytes)
-                except FrameError as exc:
-                    errors[exc.code.value] += 1
-                    reply = error_frame(exc.code, exc.message, **exc.details)
-                else:
-                    if request.type == "close":
-                        table.destroy(session)
-                        await _close_quietly(ws, CloseCode.NORMAL)
-                        return
-                    if drain.draining:
-                        errors[ErrorCode.SHUTTING_DOWN.value] += 1
-                        reply = encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
-                    else:
-                        reply = await session.handle(request)
+            reply = await _answer(message.get("text"), session, table, drain)
+            # The frame and what it parsed to (a 16 MiB frame can make 100 MiB of objects) must
+            # not stay alive while the connection waits for the next one.
+            del message
+            if reply is None:  # the client's `close`
+                table.destroy(session)
+                await _close_quietly(ws, CloseCode.NORMAL)
+                return
             try:
                 await send(reply)
             except Exception:  # any send failure means the peer is gone; the caller detaches
                 return
         finally:
             drain.busy -= 1
+        message = await ws.receive()
+
+
+async def _answer(text: str | None, session: Session, table: SessionTable, drain: _Drain) -> str | None:
+    """The encoded reply to one frame (`text` None: a binary frame), or None for ``close``."""
+    errors = table.metrics.errors
+    if text is None:
+        errors[ErrorCode.INVALID_JSON.value] += 1
+        return error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
+    try:
+        request = decode_request(text, max_bytes=table.config.max_frame_bytes)
+    except FrameError as exc:
+        errors[exc.code.value] += 1
+        return error_frame(exc.code, exc.message, **exc.details)
+    if request.type == "close":
+        return None
+    if drain.draining:
+        errors[ErrorCode.SHUTTING_DOWN.value] += 1
+        return encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
+    return await session.handle(request)
+
+
+async def _first_message(ws: WebSocket, timeout: float | None) -> Any:
+    """The client's first message, or None when none came within `timeout` (the socket is then
+    closed with 1008): an accepted socket holds a slot and an env, it must use them."""
+    if timeout is None:
+        return await ws.receive()
+    try:
+        return await asyncio.wait_for(ws.receive(), timeout)
+    except TimeoutError:
+        await _close_quietly(ws, CloseCode.POLICY_VIOLATION, f"no request within {timeout} s")
+        return None
 
 
 async def _refuse(ws: WebSocket, frame: str, code: int) -> None:
@@ -347,7 +375,20 @@ async def _reap_forever(table: SessionTable) -> None:
 
 
 async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
-    """One call on a throw-away env, with the WebSocket path's checks and deadlines."""
+    """One call on a throw-away env, with the WebSocket path's checks and deadlines; it holds
+    a slot of ``max_concurrent_envs`` while it runs (503 CAPACITY_REACHED when none is free)."""
+    try:
+        table.take_slot()
+    except FrameError as exc:
+        return _http_error(table, exc)
+    table.stateless_calls += 1
+    try:
+        return await _stateless_call(table, what, data)
+    finally:
+        table.stateless_calls -= 1
+
+
+async def _stateless_call(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
     try:
         return await table.stateless(what, data)
     except FrameError as exc:

@@ -50,6 +50,24 @@ def _default_token() -> SecretStr | None:
     return SecretStr(raw) if raw else None
 
 
+def _env_number(name: str, default: float | None, kind: type[float] | type[int] = float) -> float | None:
+    """The number in environment variable `name`, else `default`; "none" or "off" means None."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("none", "off"):
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number (or 'none'), got {raw!r}") from None
+
+
+def _default_allowed_hosts() -> tuple[str, ...] | None:
+    raw = os.environ.get("ENVSDK_ALLOWED_HOSTS", "").strip()
+    return tuple(h.strip() for h in raw.split(",") if h.strip()) if raw else None
+
+
 class ServerConfig(BaseModel):
     """How a server built by `create_app` behaves. Immutable; build a new one to change it."""
 
@@ -175,4 +193,45 @@ class ServerConfig(BaseModel):
         default_factory=_default_web,
         description="Serve the web page at /web (see `envsdk.web`). Default: on, unless the "
         "ENVSDK_WEB environment variable is 0/false/no/off.",
+    )
+    # Hardening for untrusted networks: what one client may cost (see README, "Security").
+    allowed_hosts: tuple[str, ...] | None = Field(
+        default_factory=_default_allowed_hosts,
+        description="Host header values served (names, optionally with '*.' wildcard prefix; "
+        "'*' = any). None (default): a connection that arrives on a loopback address must name "
+        "localhost, 127.0.0.1 or ::1 (DNS rebinding), any other is served. Default: the "
+        "comma-separated ENVSDK_ALLOWED_HOSTS environment variable, else None.",
+    )
+    max_body_bytes: int = Field(
+        default_factory=lambda: int(_env_number("ENVSDK_MAX_BODY_BYTES", 1024 * 1024, int) or 0),
+        ge=64,
+        description="Largest HTTP request body (POST /reset, /step …); larger ones get 413 "
+        "before they are read. Default: ENVSDK_MAX_BODY_BYTES, else 1 MiB.",
+    )
+    handshake_timeout_s: float = Field(
+        default_factory=lambda: float(_env_number("ENVSDK_HANDSHAKE_TIMEOUT_S", 10.0) or 0),
+        gt=0,
+        description="A connection whose HTTP request head (a WebSocket upgrade included) is not "
+        "complete this long after it opened is closed (slowloris). Applied by "
+        "`envsdk.server.serve`. Default: ENVSDK_HANDSHAKE_TIMEOUT_S, else 10.",
+    )
+    first_frame_timeout_s: float | None = Field(
+        default_factory=lambda: _env_number("ENVSDK_FIRST_FRAME_TIMEOUT_S", 10.0),
+        gt=0,
+        description="A WebSocket that sends no frame this long after it is accepted is closed "
+        "(1008) and its slot freed. None: wait forever. Default: ENVSDK_FIRST_FRAME_TIMEOUT_S, "
+        "else 10.",
+    )
+    ws_ping_interval_s: float | None = Field(
+        default_factory=lambda: _env_number("ENVSDK_WS_PING_INTERVAL_S", 20.0),
+        gt=0,
+        description="Keepalive ping period of every WebSocket (uvicorn's ws_ping_interval). "
+        "Default: ENVSDK_WS_PING_INTERVAL_S, else 20.",
+    )
+    ws_ping_timeout_s: float = Field(
+        default_factory=lambda: float(_env_number("ENVSDK_WS_PING_TIMEOUT_S", 20.0) or 0),
+        gt=0,
+        description="A peer that leaves a keepalive ping unanswered, or reads nothing while "
+        "replies for it pile up past 64 KiB, for this long is disconnected at once (its send "
+        "buffer dropped) and its slot freed. Default: ENVSDK_WS_PING_TIMEOUT_S, else 20.",
     )

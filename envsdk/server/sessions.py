@@ -4,7 +4,10 @@ resume and exactly-once request ids.
 Lifecycle of a session
 ----------------------
 * Created when a socket is accepted (OpenEnv semantics), holding one slot of
-  ``max_concurrent_envs`` until it is destroyed.
+  ``max_concurrent_envs`` until it is destroyed. A socket that sends no frame within
+  ``first_frame_timeout_s`` is closed. A stateless HTTP call holds a slot while it runs.
+* When every slot is taken, a new connection takes the slot of the session that has awaited
+  its resume longest (no socket, no call running), rather than being refused.
 * Destroyed (slot freed at once; the env closed on its lane once the running call, if any,
   has returned) on a ``close`` request, on disconnect, on server shutdown, or, for a session
   that did the ``session`` handshake, when its socket has been gone for ``resume_window_s``.
@@ -55,7 +58,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from envsdk.env import Environment
 from envsdk.protocol import (
@@ -68,7 +71,10 @@ from envsdk.protocol import (
     error_reply,
     session_reply,
     state_reply,
-    validation_errors,
+    MAX_REPORTED_ERRORS,
+    extra_key_error,
+    shorten_input,
+    validate_model,
 )
 from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig
 from envsdk.server.executors import (
@@ -216,10 +222,36 @@ class SessionTable:
         self._plans: dict[tuple[str, Any, Any], _Plan] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self.stateless_calls = 0  # stateless HTTP calls running, each holding a slot
 
     @property
     def active(self) -> int:
-        return len(self._sessions)
+        """Slots taken: sessions, plus stateless HTTP calls running (`take_slot`)."""
+        return len(self._sessions) + self.stateless_calls
+
+    def take_slot(self) -> None:
+        """Check that one more slot is free, making room by destroying the session that has
+        awaited its resume longest if need be; FrameError (CAPACITY_REACHED, SHUTTING_DOWN)
+        when none is. A live connection comes before a session nobody is connected to, so
+        sessions left behind after a handshake cannot hold the server's slots."""
+        if self._closing:
+            raise FrameError(ErrorCode.SHUTTING_DOWN, "Server is shutting down")
+        n, cap = self.active, self.config.max_concurrent_envs
+        if n < cap:
+            return
+        detached = [s for s in self._sessions.values() if s.connection is None and not s.busy]
+        if detached:
+            oldest = min(detached, key=lambda s: s.last_active)
+            logger.info("session %s awaiting resume gives its slot to a new connection", oldest.id)
+            self.destroy(oldest)
+            return
+        raise FrameError(
+            ErrorCode.CAPACITY_REACHED,
+            f"Server at capacity: {n}/{cap} sessions active. Cannot accept new connections.",
+            active_sessions=n,
+            max_sessions=cap,
+            retry_after_s=self.config.capacity_retry_after_s,
+        )
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
@@ -281,14 +313,14 @@ class SessionTable:
             return data
         if self.config.unknown_reset_kwargs == "drop":
             return {k: v for k, v in data.items() if k in accepted}
+        shown = unknown[:MAX_REPORTED_ERRORS]
         raise FrameError(
             ErrorCode.VALIDATION_ERROR,
-            f"Unknown reset argument(s) {sorted(unknown)} for {env_type.__name__}.reset; "
-            f"accepted: {sorted(accepted)}",
-            errors=[
-                {"type": "extra_forbidden", "loc": ["data", key], "msg": "Extra inputs are not permitted", "input": data[key]}
-                for key in unknown
-            ],
+            f"Unknown reset argument(s) {[shorten_input(k) for k in sorted(shown)]}"
+            f"{f' and {len(unknown) - len(shown)} more' if len(unknown) > len(shown) else ''} for "
+            f"{env_type.__name__}.reset; accepted: {sorted(accepted)}",
+            errors=[extra_key_error(key, data[key], ("data",)) for key in shown],
+            **({"errors_omitted": len(unknown) - len(shown)} if len(unknown) > len(shown) else {}),
         )
 
     def spawn(self, coro: Any) -> None:
@@ -301,17 +333,8 @@ class SessionTable:
 
     async def open(self, connection: Connection | None) -> Session:
         """A new session with a fresh env for `connection`; FrameError when refused."""
-        if self._closing:
-            raise FrameError(ErrorCode.SHUTTING_DOWN, "Server is shutting down")
-        n, cap = len(self._sessions), self.config.max_concurrent_envs
-        if n >= cap:
-            raise FrameError(
-                ErrorCode.CAPACITY_REACHED,
-                f"Server at capacity: {n}/{cap} sessions active. Cannot accept new connections.",
-                active_sessions=n,
-                max_sessions=cap,
-                retry_after_s=self.config.capacity_retry_after_s,
-            )
+        self.take_slot()
+        cap = self.config.max_concurrent_envs
         session = Session(self, connection)
         # The slot is taken before the factory runs, so concurrent opens cannot overshoot.
         self._sessions[session.id] = session
@@ -335,10 +358,14 @@ class SessionTable:
         return session
 
     def attach(self, session: Session, connection: Connection) -> Connection | None:
-        """Re-attach `session` to a resuming connection; return the connection it replaces."""
+        """Re-attach `session` to a resuming connection, with a new resume token; return the
+        connection it replaces."""
         previous = session.connection
         session.connection = connection
         session.resumed = True
+        # A token resumes once: whoever saw it (a log, a proxy) cannot replay it. The client
+        # reads the new one from its next handshake reply.
+        session.resume_token = secrets.token_urlsafe(32)
         session.last_active = time.monotonic()
         if session._expiry is not None:
             session._expiry.cancel()
@@ -407,7 +434,7 @@ class SessionTable:
         await self.executors.wait_threads(max(0.0, give_up_at - time.monotonic()))
 
     async def stateless(self, what: str, data: dict[str, Any]) -> dict[str, Any]:
-        """OpenEnv's stateless HTTP call: a throw-away env (no slot) is built, `what` ("reset",
+        """OpenEnv's stateless HTTP call: a throw-away env (its slot is taken by the caller) is built, `what` ("reset",
         "step" or "state") is called with the same checks and deadlines as on ``/ws``, and the
         env is closed. Returns the reply's JSON body; raises FrameError."""
         session = Session(self, None)
@@ -420,12 +447,7 @@ class SessionTable:
                 obs = await session.call_env("reset", env.reset, kwargs=self.reset_kwargs(env, data))
                 self.metrics.resets += 1
             else:
-                try:
-                    action = self.spec.action_type.model_validate(data)
-                except ValidationError as exc:
-                    raise FrameError(
-                        ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
-                    ) from None
+                action = validate_model(self.spec.action_type, data)
                 obs = await session.call_env("step", env.step, (action,))
             body, reward, done, metadata = observation_parts(obs)
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
@@ -854,12 +876,7 @@ class Session:
                 ErrorCode.EPISODE_DONE, "The episode is over (done=true): send reset to start a new one"
             )
         table = self.table
-        try:
-            action = table.spec.action_type.model_validate(data)
-        except ValidationError as exc:
-            raise FrameError(
-                ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
-            ) from None
+        action = validate_model(table.spec.action_type, data)
         started = time.perf_counter()
         obs = await self.call_env("step", env.step, (action,))
         table.metrics.observe_step(time.perf_counter() - started)
