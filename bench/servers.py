@@ -1,9 +1,11 @@
 """The three servers benchmarked side by side, each serving the same trivial echo environment.
 
-* ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``.
+* ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``, a plain sync
+  env as the README shows one: the default path (each session's calls on its lane thread).
+* ``envsdk-inline``: the same with ``inline_sync=True`` (calls on the event loop).
+* ``envsdk-tools``: ``envsdk`` with one tool (``echo``), for comparing tool calls with steps.
 * ``openenv``: openenv's own ``create_app`` with an echo environment written against openenv's
   base classes, reproducing what a user of OpenEnv runs.
-* ``envsdk-tools``: the same, with one tool (``echo``) for comparing tool calls with steps.
 * ``bare``: a bare asyncio ``websockets`` server speaking the same frames, with no framework:
   the ceiling for this machine.
 
@@ -20,13 +22,12 @@ import json
 import resource
 from typing import Any
 
-KINDS = ("envsdk", "openenv", "bare", "envsdk-tools")
+KINDS = ("envsdk", "envsdk-inline", "openenv", "bare", "envsdk-tools")
 
 
-def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
-    """envsdk serving the echo env. Its calls take microseconds, so by default it runs them
-    on the loop (``inline_sync``) as the bare server does; ``inline_sync=False`` measures the
-    thread-pool path every sync env gets by default."""
+def envsdk_app(max_sessions: int, inline_sync: bool | None = None) -> Any:
+    """envsdk serving the echo env: by default on the path every sync env gets (lanes);
+    ``inline_sync=True`` runs its calls on the loop, as the bare server does."""
     from envsdk.server import create_app
     from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
 
@@ -35,8 +36,9 @@ def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
     )
 
 
-def envsdk_tools_app(max_sessions: int, inline_sync: bool = True) -> Any:
-    """envsdk serving the echo env with one tool, ``echo(message)``, that does what its step does."""
+def envsdk_tools_app(max_sessions: int, inline_sync: bool | None = None) -> Any:
+    """envsdk serving the echo env with one tool, ``echo(message)``, that does what its step
+    does (on the default path, like ``envsdk``)."""
     from envsdk.server import create_app
     from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
     from envsdk.tools import tool
@@ -110,9 +112,6 @@ def main() -> None:
     parser.add_argument("--http", default=None, help="uvicorn http implementation")
     parser.add_argument("--loop", default=None, help="uvicorn event loop: auto, asyncio, uvloop")
     parser.add_argument("--deflate", action=argparse.BooleanOptionalAction, default=None, help="permessage-deflate")
-    parser.add_argument(
-        "--inline", action=argparse.BooleanOptionalAction, default=True, help="envsdk: run the echo env's calls on the loop"
-    )
     args = parser.parse_args()
     # Thousands of sessions need thousands of descriptors.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -126,11 +125,16 @@ def main() -> None:
             settings[key] = getattr(args, key)
     if args.deflate is not None:
         settings["ws_per_message_deflate"] = args.deflate
-    if args.kind in ("envsdk", "envsdk-tools"):
+    if args.kind == "envsdk-tools":
         from envsdk.server import serve
 
-        build = envsdk_app if args.kind == "envsdk" else envsdk_tools_app
-        serve(build(args.max_sessions, args.inline), "127.0.0.1", args.port, **settings)
+        serve(envsdk_tools_app(args.max_sessions), "127.0.0.1", args.port, **settings)
+        return
+    if args.kind.startswith("envsdk"):
+        from envsdk.server import serve
+
+        inline = True if args.kind == "envsdk-inline" else None
+        serve(envsdk_app(args.max_sessions, inline), "127.0.0.1", args.port, **settings)
         return
     import uvicorn
 

@@ -14,12 +14,15 @@ Routes and frames (all answer the JSON-RPC 2.0 methods ``tools/list``, ``tools/c
 
 Sessions created over MCP, and OpenEnv's ``/ws?session_id=`` attach
 ---------------------------------------------------------------------
-``openenv/session/create`` opens a session with no socket and answers a ``session_id`` that is
-the session's id and its resume token joined by a dot. That handle is what OpenEnv's
-``MCPToolClient`` passes back in ``params.session_id`` and in ``/ws?session_id=``, so attaching a
-socket is an ordinary envsdk resume: the token is still required (compared in constant time),
-only carried inside the handle. Such a session is resumable from birth: while no socket is
-attached it lives for ``resume_window_s`` after its last MCP call, like any detached session.
+``openenv/session/create`` opens a session with no socket and answers a ``session_id`` handle:
+the session's id and a 256-bit token of its own, joined by a dot. OpenEnv's ``MCPToolClient``
+passes that handle back in ``params.session_id`` and in ``/ws?session_id=``; the server checks
+its token in constant time. It is the creator's credential for the session's life, as OpenEnv's
+session id is, and it is separate from envsdk's resume token, which still rotates on every
+resume: a resume with ``session_id`` and ``resume_token`` works on such a session as on any
+other, and neither credential opens the other's door wider. Such a session is resumable from
+birth: while no socket is attached it lives for ``resume_window_s`` after its last MCP call,
+and it is never evicted to make room for a new connection (it has no socket by design).
 ``openenv/session/close`` on a session with a socket attached answers ``closing: true`` and the
 session ends when that socket goes; a ``close`` frame on such a socket only detaches it (the
 session is the creator's to close), as in OpenEnv. ``openenv/session/create`` sent on a
@@ -42,6 +45,7 @@ import inspect
 import json
 import logging
 import math
+import secrets
 import typing
 import weakref
 from collections.abc import Callable
@@ -64,7 +68,7 @@ __all__ = [
     "is_tool_action",
     "mount_mcp",
     "release",
-    "split_handle",
+    "attach_target",
     "step_tool_action",
     "tools_of",
 ]
@@ -89,17 +93,15 @@ _TOOL_ACTIONS = frozenset({"list_tools", "call_tool"})
 _CALLER: contextvars.ContextVar[Session | None] = contextvars.ContextVar("envsdk_tool_caller", default=None)
 
 
-async def env_call(session: Session, owner: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``owner.<method>(*args, **kwargs)`` as one env call of `session`: under the step
-    deadline, on the env's executor lane; TIMEOUT ends the episode like a timed-out step.
-
-    The one place a tool call enters the execution core. Raises `FrameError` (TIMEOUT,
-    EXECUTION_ERROR).
-    """
-    table = session.table
-    return await table.call(
-        owner, method, args, kwargs, table.deadline(session.env, "step_timeout_s"), session._abandon
-    )
+async def env_call(session: Session, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` as one ``tool`` call of `session`'s env, by the execution core's
+    `Session.call_env`: on the session's lane (a coroutine function on the loop), under the
+    deadline of ``tool`` calls (``tool_timeout_s``, else the step's), a timed-out call ending the
+    episode as a timed-out step does. Every tool call runs inside one of the session's requests
+    (a ``/ws`` frame or ``/mcp`` call taken through `Session.handle`), which holds its turn and
+    records its reply. The one place a tool call enters the execution core. Raises `FrameError`
+    (TIMEOUT, EXECUTION_ERROR, CAPACITY_REACHED, SHUTTING_DOWN)."""
+    return await session.call_env("tool", fn, args, kwargs)
 
 
 # ---------------------------------------------------------------- the MCP side of an env
@@ -232,7 +234,7 @@ class _McpEnvTools(_Tools):
 
     async def _invoke(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         client = await self.client()
-        result = await env_call(session, client, "call_tool", (name, arguments), {})
+        result = await env_call(session, client.call_tool, (name, arguments), {})
         return {
             "content": [block.model_dump(mode="json") for block in result.content],
             "structured_content": result.structured_content,
@@ -391,7 +393,7 @@ def _routed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         session = _CALLER.get()
         if session is None or session.env is None:
             raise RuntimeError(f"tool {name!r} was called outside a session")
-        return await env_call(session, session.env, name, (), kwargs)
+        return await env_call(session, getattr(session.env, name), (), kwargs)
 
     call.__name__ = name
     call.__doc__ = inspect.getdoc(function)
@@ -519,9 +521,16 @@ def _openenv_tool(tool: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- sessions over MCP
 
 
+_HANDLE_TOKENS: weakref.WeakKeyDictionary[Session, str] = weakref.WeakKeyDictionary()
+
+
 def handle(session: Session) -> str:
-    """The ``session_id`` MCP clients get: the session's id and resume token (see module doc)."""
-    return f"{session.id}{_HANDLE_SEPARATOR}{session.resume_token}"
+    """The ``session_id`` MCP clients get: the session's id and a token of its own (see the
+    module doc), made on first use."""
+    token = _HANDLE_TOKENS.get(session)
+    if token is None:
+        token = _HANDLE_TOKENS[session] = secrets.token_urlsafe(32)
+    return f"{session.id}{_HANDLE_SEPARATOR}{token}"
 
 
 _CREATED_OVER_MCP: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -534,20 +543,24 @@ def created_over_mcp(session: Session) -> bool:
     return session in _CREATED_OVER_MCP
 
 
-def split_handle(session_id: str | None, resume_token: str | None) -> tuple[str | None, str | None]:
-    """``/ws`` query credentials: an MCP handle in ``session_id`` (and no ``resume_token``)
-    becomes the (id, token) pair of an envsdk resume; anything else is returned unchanged."""
-    if session_id and resume_token is None and _HANDLE_SEPARATOR in session_id:
-        sid, _, token = session_id.partition(_HANDLE_SEPARATOR)
-        return sid, token
-    return session_id, resume_token
-
-
 def _find(table: SessionTable, session_handle: Any) -> Session | None:
-    if not isinstance(session_handle, str):
+    """The live session an MCP handle names, its token checked in constant time; else None."""
+    if not isinstance(session_handle, str) or _HANDLE_SEPARATOR not in session_handle:
         return None
-    sid, token = split_handle(session_handle, None)
-    return table.find(sid, token)
+    session_id, _, token = session_handle.partition(_HANDLE_SEPARATOR)
+    session = table.get(session_id)
+    expected = _HANDLE_TOKENS.get(session) if session is not None else None
+    if session is None or expected is None or session.closed:
+        return None
+    return session if secrets.compare_digest(expected.encode(), token.encode()) else None
+
+
+def attach_target(table: SessionTable, session_id: str | None, resume_token: str | None) -> Session | None:
+    """The session a ``/ws?session_id=…`` connection attaches to: an envsdk resume (id and
+    ``resume_token``), or OpenEnv's attach by an MCP handle alone; None when neither checks out."""
+    if resume_token is None and session_id is not None and _HANDLE_SEPARATOR in session_id:
+        return _find(table, session_id)
+    return table.find(session_id, resume_token)
 
 
 def _close(table: SessionTable, request_id: Any, params: dict[str, Any], current: Session | None) -> dict[str, Any]:
@@ -592,6 +605,7 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
             return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
         session.resumable = True
         _CREATED_OVER_MCP.add(session)
+        handle(session)
         table.keep(session)
         return _response(request_id, {"session_id": handle(session)})
     if method == "openenv/session/close":
@@ -610,21 +624,26 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
 
 
 async def _stateless(table: SessionTable, request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A tool method on a throw-away env, as OpenEnv answers ``/mcp`` without a session."""
+    """A tool method on a throw-away env, as OpenEnv answers ``/mcp`` without a session; it
+    holds a slot while it runs, like the stateless HTTP routes."""
     from envsdk.server.sessions import Session
 
     try:
-        env = await table.create_env()
+        table.take_slot()
     except FrameError as exc:
+        table.metrics.errors[exc.code.value] += 1
         return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
+    table.stateless_calls += 1
     session = Session(table, None)
-    session.env = env
     try:
+        session.env = await session._build_env()
         return await _run_tool_method(session, request_id, method, params)
+    except FrameError as exc:
+        table.metrics.errors[exc.code.value] += 1
+        return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
     finally:
-        session.closed = True
-        if session.env is not None:  # None after a timeout: already closing
-            table.close_env_soon(session.env)
+        table.stateless_calls -= 1
+        session.discard()
 
 
 def mount_mcp(app: FastAPI, table: SessionTable) -> None:
