@@ -3,6 +3,7 @@ side of the MCP tests (each instance keeps its own running total, so sessions ca
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -82,7 +83,7 @@ class SlowToolsEnvironment(Environment[EchoAction, EchoObservation, EnvState]):
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
         self._state = EnvState(episode_id=episode_id or str(uuid.uuid4()))
-        return EchoObservation(echoed_message="ready")
+        return EchoObservation(echoed_message=str(threading.get_ident()))
 
     def step(self, action: EchoAction) -> EchoObservation:
         return EchoObservation(echoed_message=action.message)
@@ -96,6 +97,11 @@ class SlowToolsEnvironment(Environment[EchoAction, EchoObservation, EnvState]):
         """Sleep for `seconds`."""
         time.sleep(seconds)
         return "awake"
+
+    @tool
+    def thread_id(self) -> int:
+        """The thread this call runs on."""
+        return threading.get_ident()
 
     @tool
     async def bump(self) -> int:

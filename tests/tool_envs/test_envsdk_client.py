@@ -77,3 +77,41 @@ async def test_a_tool_call_past_the_step_deadline_is_a_timeout_that_ends_the_epi
             await env.call_tool("bump")
         await env.reset()
         assert await env.call_tool("bump") == 1
+
+
+async def test_sync_tool_calls_run_on_the_sessions_own_thread(slow_url: str) -> None:
+    async with EnvClient(slow_url) as one, EnvClient(slow_url) as two:
+        thread_one = int((await one.reset()).observation["echoed_message"])
+        thread_two = int((await two.reset()).observation["echoed_message"])
+        assert thread_one != thread_two  # each session has its lane
+        for _ in range(5):
+            assert await one.call_tool("thread_id") == thread_one
+            assert await two.call_tool("thread_id") == thread_two
+
+
+async def test_an_envsdk_resume_and_the_mcp_handle_both_reach_a_session_made_over_mcp(ledger_url: str) -> None:
+    import json as _json
+
+    from websockets.asyncio.client import connect
+
+    ws_base = ledger_url.replace("http://", "ws://") + "/ws"
+    created = httpx.post(f"{ledger_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}).json()
+    handle = created["result"]["session_id"]
+    async with connect(f"{ws_base}?session_id={handle}") as ws:
+        await ws.send(_json.dumps({"type": "reset", "data": {"seed": 2}}))
+        start = _json.loads(await ws.recv())["data"]["observation"]["balance"]
+        await ws.send(_json.dumps({"type": "session"}))
+        info = _json.loads(await ws.recv())["data"]
+    session_id, token = info["session_id"], info["resume_token"]
+    assert handle.startswith(session_id + ".") and token not in handle
+    async with connect(f"{ws_base}?session_id={session_id}&resume_token={token}") as ws:  # envsdk resume
+        await ws.send(_json.dumps({"type": "state"}))
+        assert _json.loads(await ws.recv())["data"]["balance"] == start
+    # The resume rotated the resume token; the MCP handle still names the session.
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "balance", "arguments": {}, "session_id": handle}}
+    assert httpx.post(f"{ledger_url}/mcp", json=call).json()["result"]["data"] == start
+    async with connect(f"{ws_base}?session_id={session_id}&resume_token={token}") as ws:
+        assert _json.loads(await ws.recv())["data"]["code"] == "RESUME_FAILED"  # a token resumes once
+    closed = httpx.post(f"{ledger_url}/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "openenv/session/close",
+                                                   "params": {"session_id": handle}}).json()
+    assert closed["result"]["closed"] is True
