@@ -1,7 +1,7 @@
 """The wire protocol: every frame that travels over `/ws`, in one module.
 
 Frames are JSON text, one request gets exactly one reply, in order. The shapes are OpenEnv's
-(see DESIGN.md, "Protocol"), so an OpenEnv client works against an envsdk server and the
+(its ``/ws`` frames and error codes), so an OpenEnv client works against an envsdk server and the
 envsdk client works against an OpenEnv server. envsdk's extensions are opt-in and never sent
 to a peer that did not ask for them:
 
@@ -275,12 +275,21 @@ def decode_request(
             model.model_validate(obj),
         )
     except ValidationError as exc:
+        errors = validation_errors(exc)
         raise FrameError(
-            ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
+            ErrorCode.VALIDATION_ERROR, validation_message("Invalid message", errors), errors=errors
         ) from None
 
 
 _MAX_ERROR_INPUT_DEPTH = 32
+
+
+def validation_message(prefix: str, errors: list[dict[str, Any]]) -> str:
+    """`prefix` followed by which fields are wrong, e.g. ``"Invalid action: message: Field
+    required"`` (at most three, then how many more): the sentence a user reads first."""
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or '(message)'}: {e.get('msg', '')}" for e in errors[:3]]
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return f"{prefix}: {'; '.join(parts)}{more}" if parts else prefix
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:

@@ -150,7 +150,8 @@ def test_sound_env_and_environment_pass() -> None:
     assert "step.after_done_refused" in coin.passed
     echo = check_env(EchoEnvironment)
     assert echo.shape == "Environment" and "state.returns" in echo.passed
-    assert "step.after_done_refused" in echo.skipped
+    # Replayed through a server in this process: the step after done is refused there.
+    assert "step.after_done_refused" in echo.passed and echo.skipped == {}
 
 
 @pytest.mark.timeout(30)

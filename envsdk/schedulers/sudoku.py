@@ -436,11 +436,8 @@ class SudokuScheduler(OpenEnvScheduler):
         infos: dict[str, Any] = {
             **summary,
             "step_rewards": trajectory.step_rewards,
-            "reward_components": {
-                "empty_cell": list(state.reward.empty_cell),
-                "valid_move": list(state.reward.valid_move),
-                "repetition": list(state.reward.repetition),
-            },
+            # The episode value of each part (the record's per-step lists come from the steps).
+            "reward_components": {k: v for k, v in summary.items() if k != "total_reward"},
             "cells_filled": state.cells_filled,
             "moves_tried": [_fmt_move(m) for m in state.tried],
             **(extra or {}),

@@ -100,7 +100,9 @@ def create_app(
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None
     name = str(cfg.env_name or getattr(env_factory, "__name__", type(env_factory).__name__))
-    doc = inspect.getdoc(env_class) if env_class is not None else None
+    # The class's own docstring only: inspect.getdoc would inherit envsdk's `Environment` one.
+    own_doc = env_class.__dict__.get("__doc__") if env_class is not None else None
+    doc = inspect.cleandoc(own_doc) if isinstance(own_doc, str) and own_doc.strip() else None
     spec = EnvSpec(
         factory=env_factory,
         action_type=action_type,

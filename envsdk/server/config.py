@@ -138,3 +138,12 @@ class ServerConfig(BaseModel):
         description="Serve the web page at /web (see `envsdk.web`). Default: on, unless the "
         "ENVSDK_WEB environment variable is 0/false/no/off.",
     )
+
+
+def _document_fields(model: type[BaseModel]) -> None:
+    # `help(ServerConfig)` shows the docstring, not pydantic's field descriptions: list them there.
+    lines = [f"    {name}: {info.description}" for name, info in model.model_fields.items() if info.description]
+    model.__doc__ = f"{model.__doc__}\n\nFields:\n\n" + "\n".join(lines)
+
+
+_document_fields(ServerConfig)

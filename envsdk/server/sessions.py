@@ -51,6 +51,7 @@ from envsdk.protocol import (
     session_reply,
     state_reply,
     validation_errors,
+    validation_message,
 )
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors, is_async_callable
@@ -467,8 +468,9 @@ class Session:
         try:
             action = table.spec.action_type.model_validate(data)
         except ValidationError as exc:
+            errors = validation_errors(exc)
             raise FrameError(
-                ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
+                ErrorCode.VALIDATION_ERROR, validation_message("Invalid action", errors), errors=errors
             ) from None
         started = time.perf_counter()
         obs = await table.call(

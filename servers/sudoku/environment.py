@@ -24,6 +24,7 @@ import asyncio
 import os
 import re
 import secrets
+import signal
 import threading
 import uuid
 from collections import OrderedDict
@@ -40,6 +41,7 @@ from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.games.sudoku import MOVE_RE, Board, count_filled
 from envsdk.protocol import ErrorCode
+from envsdk.web import WebPanel
 from servers.sudoku.models import (
     LastMove,
     MoveVerdict,
@@ -49,6 +51,7 @@ from servers.sudoku.models import (
     SudokuState,
     TextArenaMessage,
 )
+from servers.sudoku.web import SUDOKU_PANEL
 
 __all__ = [
     "SUDOKU_ENV_IDS",
@@ -114,6 +117,10 @@ def _noop() -> None:
     return None
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class BoardPool:
     """Generates TextArena Sudoku boards in worker processes; caches them by (clues, seed).
 
@@ -170,14 +177,20 @@ class BoardPool:
             process.join(timeout=5)
 
     def _submit_locked(self, fn: Any, *args: Any) -> Future[Any]:
+        # Workers ignore Ctrl-C: a terminal sends SIGINT to the whole process group, and the
+        # parent, which stops them through `shutdown`, is the one that should answer it.
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
+            )
         try:
             return self._executor.submit(fn, *args)
         except BrokenProcessPool:
             # A worker died (e.g. killed by the OOM killer): replace the pool, retry once.
             self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
+            )
             return self._executor.submit(fn, *args)
 
 
@@ -274,6 +287,8 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
     than a hop to a thread, and a reset only awaits its board from the `BoardPool`.
     """
 
+    # The web page's Sudoku panel (board, hints, reward components): `servers.sudoku.web`.
+    web_panel: ClassVar[WebPanel] = SUDOKU_PANEL
     # A -hard board can take seconds, and queue behind other generations.
     reset_timeout_s: ClassVar[float | None] = 120.0
     step_timeout_s: ClassVar[float | None] = 10.0

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=env.get("LOG_LEVEL", "info"),
         help="env var LOG_LEVEL (default info): uvicorn's log level.",
     )
+    parser.add_argument(
+        "--no-web", action="store_true", help="do not serve the web page at /web (same as ENVSDK_WEB=0)"
+    )
+    parser.add_argument(
+        "--token", default=None,
+        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
+        "prefer the variable: a command line is visible to other users in `ps`)",
+    )
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
 
@@ -92,9 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     pool = BoardPool(workers=args.board_workers)
-    app = create_sudoku_app(
-        args.env_id, board_pool=pool, max_concurrent_envs=args.max_concurrent_envs
-    )
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs}
+    if args.no_web:
+        options["web"] = False
+    if args.token:
+        options["token"] = args.token
+    app = create_sudoku_app(args.env_id, board_pool=pool, **options)
     try:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
