@@ -376,6 +376,16 @@ async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> An
         body, reward, done, metadata = observation_parts(obs)
         return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
     except FrameError as exc:
+        if what == "step" and exc.code is ErrorCode.EXECUTION_ERROR:
+            # Almost always an env that needs a reset first: say what HTTP /step is, beside the
+            # env's own exception (same code and status as OpenEnv's).
+            exc = FrameError(
+                exc.code,
+                f"{exc.message} -- HTTP /step is stateless, as in OpenEnv: it runs one action on a fresh"
+                " environment that was never reset, so an earlier POST /reset does not carry over; play"
+                " episodes over the /ws WebSocket (EnvClient, or any OpenEnv client)",
+                **exc.details,
+            )
         return _http_error(table, exc)
     finally:
         table.close_env_soon(env, after=abandoned[0] if abandoned else None)
