@@ -29,13 +29,12 @@ import typing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvNotFoundError, EnvSDKError
-from envsdk.registry import PluginLoadError, envs, import_spec, load_plugins
 from envsdk.policies.scripted import GENERIC_REPLIES
+from envsdk.registry import PluginLoadError, envs, import_spec, load_plugins
 from envsdk.types import Action, Observation, State
 
 __all__ = [

@@ -64,12 +64,13 @@ def _build_app(args: argparse.Namespace) -> Any:
     is_env_class = isinstance(target, type) and issubclass(target, Environment)
     if not is_env_class and not isinstance(target, type) and _is_asgi_app(target):
         built = getattr(getattr(target, "state", None), "envsdk_config", None)
+        capacity = getattr(built, "max_concurrent_envs", None)
         wanted = args.max_concurrent_envs
-        if wanted is not None and getattr(built, "max_concurrent_envs", wanted) != wanted:
+        if wanted is not None and capacity is not None and capacity != wanted:
             # The app fixed its capacity when it was built: say so rather than serve another one.
             raise SystemExit(
                 f"error: {args.target} is an app already built with max_concurrent_envs="
-                f"{built.max_concurrent_envs}; --max-concurrent-envs {wanted} cannot change it: pass it to "
+                f"{capacity}; --max-concurrent-envs {wanted} cannot change it: pass it to "
                 "create_app(...), or serve the environment class (module:MyEnv) instead"
             )
         return target

@@ -77,7 +77,8 @@ def _episode(record: Any, where: str) -> Episode:
         number = _number(component.get("value"))
         if number is not None:
             components[str(name)] = number
-    infos = checked.get("infos") if isinstance(checked.get("infos"), dict) else {}
+    given = checked.get("infos")
+    infos: dict[str, Any] = given if isinstance(given, dict) else {}
     step = next(
         (s for s in (_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
     )

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from envsdk.checker import RULES, CheckReport, EnvCheckError, add_check_env_parser, check_env, check_env_async
+from envsdk.checker import (
+    RULES,
+    CheckReport,
+    EnvCheckError,
+    add_check_env_parser,
+    check_env,
+    check_env_async,
+)
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.envs.frozen_lake import FrozenLakeEnv
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation

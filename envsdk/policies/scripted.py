@@ -20,7 +20,13 @@ from typing import Any
 
 from envsdk.envs.frozen_lake import DIRECTIONS, shortest_path
 from envsdk.games.sudoku import Board, candidates, parse_board, solve
-from envsdk.policies.base import Message, ObservationParseError, Policy, PolicyError, message_text
+from envsdk.policies.base import (
+    Message,
+    ObservationParseError,
+    Policy,
+    PolicyError,
+    message_text,
+)
 
 __all__ = [
     "RandomPolicy",

@@ -56,7 +56,13 @@ from envsdk.server.auth import AccessControl
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
-from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
+from envsdk.server.sessions import (
+    EnvSpec,
+    Session,
+    SessionTable,
+    error_frame,
+    observation_parts,
+)
 from envsdk.types import State
 
 __all__ = ["create_app"]

@@ -13,7 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cli.conftest import ENVSDK, REPO, ServeFn, assert_one_line_error, envsdk, user_env
+from tests.cli.conftest import (
+    ENVSDK,
+    REPO,
+    ServeFn,
+    assert_one_line_error,
+    envsdk,
+    user_env,
+)
 
 pytestmark = pytest.mark.timeout(240)
 

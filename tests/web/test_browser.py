@@ -5,16 +5,11 @@ off the page. A screenshot goes to ``test-artifacts/web/``."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -23,46 +18,7 @@ from envsdk.games.sudoku import count_filled, solve
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
 
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="headless browser test needs Debian's chromium and chromium-driver "
-    "(apt-get install -y chromium chromium-driver)",
-)
-
-# The closed network makes Chromium hang on its background connections without these.
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1400,1150",
-)
-
-
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
-    assert CHROMIUM is not None and CHROMEDRIVER is not None
-    with tempfile.TemporaryDirectory(prefix="envsdk-chromium-") as profile:
-        options = webdriver.ChromeOptions()
-        options.binary_location = CHROMIUM
-        for flag in CHROMIUM_FLAGS:
-            options.add_argument(flag)
-        options.add_argument(f"--user-data-dir={profile}")
-        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-        try:
-            driver.set_page_load_timeout(20)
-            driver.set_script_timeout(20)
-            yield driver
-        finally:
-            driver.quit()
 
 
 def _text(driver: WebDriver, element_id: str) -> str:
