@@ -13,7 +13,12 @@ from typing import Any
 
 from envsdk.env import Env
 from envsdk.registry import Registry, envs
-from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.base import (
+    MultiTurnScheduler,
+    StepRecord,
+    Trajectory,
+    TurnResult,
+)
 
 __all__ = ["GYMScheduler"]
 

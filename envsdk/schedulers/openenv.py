@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from envsdk.adapters import observation_json, parse_action_text
-from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.base import (
+    MultiTurnScheduler,
+    StepRecord,
+    Trajectory,
+    TurnResult,
+)
 from envsdk.types import StepResult
 
 if TYPE_CHECKING:

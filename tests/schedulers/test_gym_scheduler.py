@@ -12,6 +12,7 @@ import pytest
 from envsdk.env import Env, RolloutRequest
 from envsdk.registry import Registry
 from envsdk.schedulers import GYMScheduler, TrajectoryWriter
+
 from .policies import CountingPolicy, LengthCutPolicy, ScriptedPolicy
 
 CLOSED: list[str] = []

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from envsdk.env import RolloutRequest
 from envsdk.registry import envs
-
 from envsdk.rollout import Stat, main, summarize
 from envsdk.schedulers import Trajectory
-from envsdk.env import RolloutRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
