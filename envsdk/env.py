@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, ClassVar, Generic, TypeVar, Union
 
+from envsdk.rewards.parts import REWARD_COMPONENTS, ascore, score
 from envsdk.types import Action, Observation, State
 
 __all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT"]
@@ -40,6 +41,12 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     ``step_timeout_s`` and ``reset_timeout_s`` are the environment's default deadlines; the
     server's settings override them. ``None`` means no deadline.
 
+    ``rubric`` (optional) computes rewards, as in OpenEnv: pass it with
+    ``super().__init__(rubric=R)`` (an envsdk or OpenEnv rubric), call ``self._reset_rubric()``
+    in ``reset`` and ``obs.reward = self._apply_rubric(action, obs)`` in ``step`` (the
+    ``_async`` forms in coroutines or for async rubrics). `_apply_rubric` also puts every named
+    part of the score into ``obs.metadata["reward_components"]``, so the parts reach the client.
+
     ``INLINE_SYNC = True`` declares that the sync methods are fast (well under a millisecond)
     and may run directly on the event loop instead of hopping to the thread pool, which costs
     more than such a call itself. A call under a deadline still goes to the pool so the deadline
@@ -50,6 +57,11 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     INLINE_SYNC: ClassVar[bool] = False
     step_timeout_s: ClassVar[float | None] = None
     reset_timeout_s: ClassVar[float | None] = None
+    # A class-level default, so subclasses whose __init__ does not call ours have no rubric.
+    rubric: Any = None
+
+    def __init__(self, rubric: Any = None) -> None:
+        self.rubric = rubric
 
     @abc.abstractmethod
     def reset(
@@ -69,6 +81,38 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     def close(self) -> None | Awaitable[None]:
         """Release resources. Idempotent."""
         return None
+
+    def _apply_rubric(self, action: ActT, observation: ObsT) -> float:
+        """The rubric's score for this step (0.0 without a rubric); its named parts go into
+        ``observation.metadata["reward_components"]``. `TypeError` for an async rubric."""
+        if self.rubric is None:
+            return 0.0
+        scored = score(self.rubric, action, observation)
+        observation.metadata[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
+
+    async def _apply_rubric_async(self, action: ActT, observation: ObsT) -> float:
+        """`_apply_rubric` for sync and async rubrics alike."""
+        if self.rubric is None:
+            return 0.0
+        scored = await ascore(self.rubric, action, observation)
+        observation.metadata[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
+
+    def _reset_rubric(self) -> None:
+        """Forget the rubric's episode state (call it in ``reset``)."""
+        if self.rubric is not None:
+            self.rubric.reset()
+
+    async def _reset_rubric_async(self) -> None:
+        """`_reset_rubric`, awaiting a rubric's ``reset_async`` when it has one (as OpenEnv)."""
+        if self.rubric is None:
+            return
+        reset_async = getattr(self.rubric, "reset_async", None)
+        if callable(reset_async):
+            await reset_async()
+        else:
+            self.rubric.reset()
 
 
 @dataclass
@@ -101,10 +145,25 @@ class Env(abc.ABC):
     * ``async close()`` releases resources; idempotent.
 
     Register a class by name with ``envsdk.registry.envs["name"] = MyEnv``.
+
+    ``rubric`` (optional, any envsdk or OpenEnv rubric): ``await self._apply_rubric(action,
+    observation, info)`` scores a step and puts its named parts into
+    ``info["reward_components"]``, which schedulers and the served form pass on.
     """
+
+    rubric: Any = None
 
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
+
+    async def _apply_rubric(self, action: Any, observation: Any, info: dict[str, Any]) -> float:
+        """The rubric's score for this step (0.0 without a rubric); its named parts go into
+        ``info["reward_components"]``."""
+        if self.rubric is None:
+            return 0.0
+        scored = await ascore(self.rubric, action, observation)
+        info[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
 
     @abc.abstractmethod
     async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:

@@ -15,11 +15,11 @@ Every field has one shape, and nothing is written twice:
 ``turns``              policy replies
 ``total_reward``       the episode's reward (what a trainer gets)
 ``step_rewards``       the environment's reward at each step, one number per step
-``reward_components``  name → ``{"value": episode value, "steps": [one number per step]}``;
-                       ``steps`` is ``[]`` for a component with no per-step value. Any
-                       scheduler or rubric fills it: episode values from
-                       ``rollout_infos["reward_components"]``, per-step values from each
-                       step's ``components``
+``reward_components``  name → ``{"value": episode value, "steps": [one value per step]}``;
+                       a step value is null where the part was not evaluated, ``steps`` is
+                       ``[]`` for a part with no per-step value. Any scheduler or rubric
+                       fills it: episode values from ``rollout_infos["reward_parts"]``,
+                       per-step values from each step's ``components`` (`envsdk.rewards`)
 ``infos``              the scheduler's other episode facts (``rollout_infos`` without the
                        numbers above), e.g. Sudoku's ``cells_filled`` and ``moves_tried``
 ``messages``           the conversation: what the model read and what it replied
@@ -40,6 +40,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from envsdk.rewards.parts import REWARD_PARTS
+
 if TYPE_CHECKING:
     from envsdk.schedulers.base import Trajectory
 
@@ -50,9 +52,8 @@ __all__ = [
 SCHEMA = "envsdk.completions/1"
 RecordForm = Literal["lean", "full"]
 
-# Keys of rollout_infos that the record already holds elsewhere (or, for the Sudoku scheduler,
-# that duplicate a component): never copied into ``infos``.
-_NOT_INFOS = frozenset({"total_reward", "step_rewards", "reward_components"})
+# Keys of rollout_infos that the record already holds elsewhere: never copied into ``infos``.
+_NOT_INFOS = frozenset({"total_reward", "step_rewards", REWARD_PARTS})
 
 
 class RecordError(ValueError):
@@ -74,8 +75,8 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 def episode_components(trajectory: Trajectory) -> dict[str, float]:
     """The episode values of the trajectory's reward components: the numbers its scheduler put
-    in ``rollout_infos["reward_components"]`` (a name → number mapping)."""
-    declared = trajectory.rollout_infos.get("reward_components")
+    in ``rollout_infos["reward_parts"]`` (a name → number mapping)."""
+    declared = trajectory.rollout_infos.get(REWARD_PARTS)
     if not isinstance(declared, dict):
         return {}
     return {str(k): v for k, v in ((k, _number(v)) for k, v in declared.items()) if v is not None}
@@ -84,7 +85,7 @@ def episode_components(trajectory: Trajectory) -> dict[str, float]:
 def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict[str, Any]:
     """The JSON-ready record of `trajectory` in `form` (see the module docstring)."""
     values = episode_components(trajectory)
-    per_step: dict[str, list[float]] = {}
+    per_step: dict[str, list[float | None]] = {}
     for step in trajectory.steps:
         for name in step.components:
             # When the scheduler declares its components, a step's other numbers (a running
@@ -92,7 +93,7 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
             if not values or name in values:
                 per_step.setdefault(name, [])
     for name in per_step:
-        per_step[name] = [float(s.components.get(name, math.nan)) for s in trajectory.steps]
+        per_step[name] = [_number(s.components.get(name)) for s in trajectory.steps]
     components = {
         name: {"value": values.get(name), "steps": per_step.get(name, [])}
         for name in [*values, *(n for n in per_step if n not in values)]

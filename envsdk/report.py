@@ -6,7 +6,7 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
 
 * ``total_reward.png`` — the distribution of the episodes' total reward;
 * ``components.png`` — the distribution of each reward component's episode value (the record's
-  ``reward_components``; Sudoku: its five parts and ``format_penalty``);
+  ``reward_components``; Sudoku: its five parts);
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
 * ``training.png`` — only for files from training (records with a ``global_step`` or ``step``
   number): mean total reward (with min–max band), success rate and mean components per step;

@@ -129,7 +129,7 @@ def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSu
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
 
     Components are the episode values a scheduler declared in
-    ``rollout_infos["reward_components"]`` (Sudoku: its five parts and the format penalty),
+    ``rollout_infos["reward_parts"]`` (any rubric's named parts; Sudoku: its five parts),
     each over the episodes that have it (its ``n``).
     """
     components: dict[str, list[float]] = {}
@@ -261,11 +261,14 @@ def make_scheduler(
     return GYMScheduler(env, max_completion_chars=max_completion_chars, **turns)
 
 
-def make_requests(env: str, episodes: int, seed: int, base_url: BaseUrls | None = None) -> list[RolloutRequest]:
-    """One row per episode, seeds ``seed .. seed + episodes - 1``."""
+def make_requests(
+    env: str, episodes: int, seed: int, base_url: BaseUrls | None = None, env_config: dict[str, Any] | None = None
+) -> list[RolloutRequest]:
+    """One row per episode, seeds ``seed .. seed + episodes - 1``; `env_config` (e.g.
+    ``{"rubric": "shaped"}``) is copied into every row's ``env_config``."""
     rows = []
     for i in range(episodes):
-        config: dict[str, Any] = {"name": env, "seed": seed + i}
+        config: dict[str, Any] = {**(env_config or {}), "name": env, "seed": seed + i}
         if base_url is not None:
             config["base_url"] = base_url
         rows.append(RolloutRequest(messages=[], data_dict={"env_config": config}))
@@ -370,12 +373,13 @@ async def run_rollouts(
     progress: bool = True,
     scheduler: str | MultiTurnScheduler | None = None,
     finished: list[Trajectory] | None = None,
+    env_config: dict[str, Any] | None = None,
 ) -> RolloutReport:
-    """Run `episodes` episodes of `env` (seeds `seed`…) with `policy`, at most `concurrency` at
-    once; see `run_batches`."""
+    """Run `episodes` episodes of `env` (seeds `seed`…, `env_config` added to every row's) with
+    `policy`, at most `concurrency` at once; see `run_batches`."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    batch = Batch(env, make_requests(env, episodes, seed, base_url), policy, base_url)
+    batch = Batch(env, make_requests(env, episodes, seed, base_url, env_config), policy, base_url)
     return await run_batches(
         [batch], concurrency=concurrency, max_turns=max_turns, out=out, record=record,
         progress=progress, scheduler=scheduler, finished=finished,
@@ -422,6 +426,10 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--env-config", type=_json_object, default=None, metavar="JSON",
+        help='extra env_config for every episode, e.g. \'{"rubric": "shaped"}\' (FrozenLake\'s shaped rubric)',
+    )
     parser.add_argument("--external-plugins", nargs="*", default=[], metavar="FILE")
     parser.add_argument("--out", default="completions.jsonl", help="JSON-lines file of trajectories")
     parser.add_argument(
@@ -491,7 +499,8 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     check_env_name(args.env, base_url)
-    return [Batch(args.env, make_requests(args.env, args.episodes, args.seed, base_url), policy(args.env), base_url)]
+    requests = make_requests(args.env, args.episodes, args.seed, base_url, args.env_config)
+    return [Batch(args.env, requests, policy(args.env), base_url)]
 
 
 def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
@@ -507,6 +516,16 @@ def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
     check_env_servers(urls, args.concurrency)
     if args.policy == "openai":
         check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:

@@ -51,6 +51,7 @@ from servers.sudoku.models import (
     SudokuState,
     TextArenaMessage,
 )
+from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
 from servers.sudoku.web import SUDOKU_PANEL
 
 __all__ = [
@@ -310,13 +311,16 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
         error_allowance: int = 1,
         observation_form: ObservationForm = "cumulative",
         env_id: str | None = None,
+        rubric: str | None = None,
     ) -> SudokuObservation:
         """Start a new game.
 
         Options: `seed` (int; same seed, same board), `episode_id` (str), `error_allowance`
         (int >= 0: consecutive invalid moves forgiven; one more ends the game),
         `observation_form` ("cumulative" or "compact"), `env_id` (any Sudoku variant; default:
-        the server's). Bad values raise `SudokuOptionError`.
+        the server's), `rubric` ("shaped": every step's observation carries the five shaped
+        reward parts in ``metadata["reward_components"]``, see servers/sudoku/rubric.py).
+        Bad values raise `SudokuOptionError`.
         """
         if seed is not None:
             _check_int("seed", seed)
@@ -328,6 +332,8 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
                 f"observation_form must be one of {', '.join(OBSERVATION_FORMS)}, "
                 f"got {observation_form!r}"
             )
+        if rubric is not None and rubric not in SUDOKU_RUBRICS:
+            raise SudokuOptionError(f"rubric must be one of {', '.join(SUDOKU_RUBRICS)} or null, got {rubric!r}")
         game_id = check_env_id(env_id) if env_id is not None else self.env_id
         seed = seed if seed is not None else secrets.randbelow(2**31)
         pool = self._boards or default_board_pool()
@@ -353,7 +359,11 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
             error_allowance=error_allowance,
             observation_form=observation_form,
         )
-        return self._observe(reward=0.0, done=False, last_move=LastMove())
+        first = self._observe(reward=0.0, done=False, last_move=LastMove())
+        self.rubric = SudokuRubric() if rubric is not None else None
+        if self.rubric is not None:
+            self.rubric.begin(first)
+        return first
 
     async def step(self, action: SudokuAction) -> SudokuObservation:
         """Play one move. Raises `NotResetError` before the first reset and `EpisodeDoneError`
@@ -378,7 +388,9 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
         self._state.last_reward = reward
         self._state.last_info = dict(info or {})
         verdict = self._verdict(action.message, changed=after != before)
-        return self._observe(reward=reward, done=bool(done), last_move=verdict)
+        observation = self._observe(reward=reward, done=bool(done), last_move=verdict)
+        self._apply_rubric(action, observation)  # parts into the metadata; the reward stays the game's
+        return observation
 
     @property
     def state(self) -> SudokuState:

@@ -223,7 +223,7 @@ def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder
         assert record["schema"] == "envsdk.completions/1"
         assert "steps" not in record and "data_dict" not in record and "rollout_infos" not in record
         components = record["reward_components"]
-        assert set(components) == {"empty_cell", "valid_move", "repetition", "progress", "correct", "format_penalty"}
+        assert set(components) == {"empty_cell", "valid_move", "repetition", "progress", "correct"}
         for name, component in components.items():
             assert set(component) == {"value", "steps"}
             assert isinstance(component["value"], float)
@@ -237,7 +237,7 @@ def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder
     # Lean: the same episodes in well under half the bytes of the full form.
     assert path.stat().st_size < 0.5 * (folder / "full.jsonl").stat().st_size
     summary = result.stdout
-    assert "cells_filled" not in summary and "reward components (6):" in summary
+    assert "cells_filled" not in summary and "reward components (5):" in summary
     for line in summary.splitlines():
         if line.strip().startswith(("total_reward", "correct", "empty_cell")):
             assert line.split()[-1] == "8", line  # n shown: every row over the 8 episodes

@@ -26,7 +26,7 @@ def test_summary_counts_successes_errors_and_quantiles() -> None:
         components = {"correct": 1.0 if i >= 5 else 0.0}
         if i % 2:
             components["bonus"] = 0.5
-        t.rollout_infos = {"reward_components": components, "step_rewards": [1.0], "flag": True, "cells": 3}
+        t.rollout_infos = {"reward_parts": components, "step_rewards": [1.0], "flag": True, "cells": 3}
         trajs.append(t)
     trajs[0].status, trajs[0].error_kind = "error", "ServerError"
     summary = summarize(trajs, elapsed_s=2.0)
