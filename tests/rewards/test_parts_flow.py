@@ -94,7 +94,10 @@ def test_reward_component_funcs_take_a_rubric_or_names_and_read_reward_parts() -
 
 def test_environment_factory_instances_expose_the_parts_to_reward_functions() -> None:
     pytest.importorskip("trl")
-    from envsdk.integrations.trl import local_environment_factory, reward_component_funcs
+    from envsdk.integrations.trl import (
+        local_environment_factory,
+        reward_component_funcs,
+    )
 
     env = local_environment_factory("frozen_lake", max_turns=20)()
     env.reset(env_config={"seed": 5, "rubric": "shaped"})
