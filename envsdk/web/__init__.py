@@ -19,8 +19,9 @@ The render hook: an environment class may define ``render_web(observation) -> We
 static or class method) giving text or HTML for its observation and the legal actions (shown as
 buttons that fill the action box); HTML is shown in a sandboxed frame (no scripts). Without it
 the page shows the observation's single text field, or its fields as JSON. An env class may
-also set ``web_panel`` to a `WebPanel`: extra routes under ``/web/api/<name>/`` and a script
-the page loads to draw more (the Sudoku server's board, hints and reward components).
+also set ``web_panel`` to a `WebPanel` (or a ``"module:attribute"`` naming one, imported when
+the page is mounted): extra routes under ``/web/api/<name>/`` and a script the page loads to
+draw more (the Sudoku server's board, hints and reward components).
 
 Whether a server mounts the page is `ServerConfig.web` (env ``ENVSDK_WEB=0`` turns it off).
 Behind a token (`ServerConfig.token`) open ``/web?token=<token>``: the page passes the token on
@@ -135,7 +136,12 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
     env_class = env_class_of(spec)
     render = getattr(env_class, "render_web", None)
     panel = getattr(env_class, "web_panel", None)
-    panel = panel if isinstance(panel, WebPanel) else None
+    if isinstance(panel, str):
+        from envsdk.registry import import_spec
+
+        panel = import_spec(panel)
+    if panel is not None and not isinstance(panel, WebPanel):
+        raise TypeError(f"{env_class!r}.web_panel must be a WebPanel or 'module:attribute' naming one")
     field = text_field(spec.action_type)
     described = spec.action_type.model_fields[field].description if field else None
     info = {

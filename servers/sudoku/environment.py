@@ -41,7 +41,6 @@ from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.games.sudoku import MOVE_RE, Board, count_filled
 from envsdk.protocol import ErrorCode
-from envsdk.web import WebPanel
 from servers.sudoku.models import (
     LastMove,
     MoveVerdict,
@@ -52,7 +51,6 @@ from servers.sudoku.models import (
     TextArenaMessage,
 )
 from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
-from servers.sudoku.web import SUDOKU_PANEL
 
 __all__ = [
     "SUDOKU_ENV_IDS",
@@ -154,10 +152,21 @@ class BoardPool:
             return future
 
     def warm(self) -> None:
-        """Start every worker process now instead of on the first resets."""
-        with self._lock:
-            for _ in range(self.workers):
-                self._submit_locked(_noop)
+        """Start every worker process now instead of on the first resets.
+
+        Called from the main thread, the workers are started with SIGINT ignored, which they
+        keep from their first instruction: a Ctrl-C at the terminal (sent to the whole process
+        group) then never interrupts a worker still importing, and the parent, which stops
+        them, answers it alone."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            with self._lock:
+                for _ in range(self.workers):
+                    self._submit_locked(_noop)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
     def shutdown(self) -> None:
         """Stop the worker processes now, a running generation included (a ``-hard`` board can
@@ -288,8 +297,9 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
     than a hop to a thread, and a reset only awaits its board from the `BoardPool`.
     """
 
-    # The web page's Sudoku panel (board, hints, reward components): `servers.sudoku.web`.
-    web_panel: ClassVar[WebPanel] = SUDOKU_PANEL
+    # The web page's Sudoku panel (board, hints, reward components), imported only when a
+    # server mounts the page: board workers import this module and need none of it.
+    web_panel: ClassVar[str] = "servers.sudoku.web:SUDOKU_PANEL"
     # A -hard board can take seconds, and queue behind other generations.
     reset_timeout_s: ClassVar[float | None] = 120.0
     step_timeout_s: ClassVar[float | None] = 10.0
