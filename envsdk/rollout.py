@@ -535,7 +535,20 @@ def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:
     kinds = Counter(t.error_kind or "unknown" for t in trajectories)
     kind, count = kinds.most_common(1)[0]
     example = next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind)
-    return f"no episode ran: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
+    hint = _WHAT_TO_DO.get(kind)
+    return (
+        f"no episode ran: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
+        + (f"; {hint}" if hint else "")
+    )
+
+
+#: What to do about the errors that stop every episode, by error kind.
+_WHAT_TO_DO = {
+    "ConnectError": "is the server running at --base-url?",
+    "CapacityError": "the server is full: lower --concurrency or restart it with a larger MAX_CONCURRENT_ENVS",
+    "AuthenticationError": "set ENVSDK_TOKEN to the server's token",
+    "InferenceConnectionError": "is the inference server running at --api-base?",
+}
 
 
 def rollout_command(args: argparse.Namespace) -> int:
