@@ -1,9 +1,12 @@
 """Rollouts from the command line: ``envsdk rollout --env sudoku --policy oracle --episodes 64``.
 
-`run_rollouts` runs N episodes (seeds S..S+N-1) of one environment with one policy, writes
-every trajectory to ``completions.jsonl`` as it finishes, shows a progress bar, and returns the
-trajectories with a `RolloutSummary`. Without a base URL it starts what it needs itself: the
-Sudoku server in a background uvicorn on a free 127.0.0.1 port, or a local `Env` in-process.
+`run_rollouts` runs N episodes (seeds S..S+N-1) of one environment with one policy;
+`run_batches` runs dataset rows (`load_dataset`: ms-swift's ``messages`` + ``env_config``), one
+batch per environment. Both write every trajectory to ``completions.jsonl`` as it finishes
+(`envsdk.records`), show a progress bar, and return the trajectories with a `RolloutSummary`.
+Without a base URL they start what they need themselves: the Sudoku server in a background
+uvicorn on a free 127.0.0.1 port, or a local `Env` in-process. The command checks servers,
+token, capacity and the inference endpoint first (`envsdk.preflight`).
 """
 
 from __future__ import annotations
