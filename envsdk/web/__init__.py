@@ -180,7 +180,10 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
             raise HTTPException(422, detail=f"not a {spec.observation_type.__name__}: {exc}") from None
         if render is None:
             return _default_view(observation)
-        view = render(observation)
+        try:
+            view = render(observation)
+        except Exception as exc:  # the env's own code: its failure is the page's to show
+            raise HTTPException(500, detail=f"render_web raised {type(exc).__name__}: {exc}") from None
         return view if isinstance(view, WebView) else WebView(text=str(view))
 
     if panel is not None:
