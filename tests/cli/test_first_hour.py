@@ -315,7 +315,7 @@ def test_12_the_plain_openenv_warning_prints_once_per_server(folder: Path) -> No
 
 
 def test_12_the_sudoku_server_takes_no_web_and_token(folder: Path, serve: ServeFn) -> None:
-    url = serve("--no-web", "--token", "s3cret", "--board-workers", "1", cwd=REPO, module="servers.sudoku")
+    url = serve("--no-web", "--token", "s3cret", "--board-workers", "1", cwd=folder, module="servers.sudoku")
     assert httpx.get(url + "/metadata", timeout=5).status_code == 401
     headers = {"Authorization": "Bearer s3cret"}
     assert httpx.get(url + "/metadata", headers=headers, timeout=5).status_code == 200
