@@ -126,15 +126,9 @@ def _add_serve(subparsers: Any) -> None:
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
-    parser.add_argument(
-        "--no-web", action="store_true",
-        help="do not serve the web page at /web (same as ENVSDK_WEB=0)",
-    )
-    parser.add_argument(
-        "--token", default=None,
-        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
-        "prefer the variable: a command line is visible to other users in `ps`)",
-    )
+    from envsdk.server.config import add_access_arguments
+
+    add_access_arguments(parser)
     from envsdk.server.replicas import add_replica_arguments
 
     add_replica_arguments(parser, ports="N ports (consecutive from --port, else free ones)")

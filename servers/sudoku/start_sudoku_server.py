@@ -12,20 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
+from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
 
 __all__ = ["build_parser", "main"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _env_id(text: str) -> str:
@@ -51,14 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-concurrent-envs",
-        type=_positive_int,
+        type=positive_int,
         default=env.get("MAX_CONCURRENT_ENVS", "64"),
         help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once; must be >= "
         "num_generations x prompts rolled out concurrently, or trainers get CAPACITY_REACHED.",
     )
     parser.add_argument(
         "--board-workers",
-        type=_positive_int,
+        type=positive_int,
         default=env.get("SUDOKU_BOARD_WORKERS") or None,
         help="env var SUDOKU_BOARD_WORKERS (default min(4, CPUs)). Processes generating boards.",
     )
@@ -68,21 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
     parser.add_argument(
-        "--port", type=_positive_int, default=env.get("PORT", "8000"),
+        "--port", type=positive_int, default=env.get("PORT", "8000"),
         help="env var PORT (default 8000).",
     )
     parser.add_argument(
         "--log-level", default=env.get("LOG_LEVEL", "info"),
         help="env var LOG_LEVEL (default info): uvicorn's log level.",
     )
-    parser.add_argument(
-        "--no-web", action="store_true", help="do not serve the web page at /web (same as ENVSDK_WEB=0)"
-    )
-    parser.add_argument(
-        "--token", default=None,
-        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
-        "prefer the variable: a command line is visible to other users in `ps`)",
-    )
+    add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
 
@@ -99,23 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
     # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     pool = BoardPool(workers=args.board_workers)
-    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs}
-    if args.no_web:
-        options["web"] = False
-    if args.token:
-        options["token"] = args.token
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
     app = create_sudoku_app(args.env_id, board_pool=pool, **options)
     try:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         pool.shutdown()
     return 0
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:

@@ -314,8 +314,12 @@ def test_12_the_plain_openenv_warning_prints_once_per_server(folder: Path) -> No
     assert result.stderr.count("does not support envsdk sessions") == 1, result.stderr
 
 
-def test_12_the_sudoku_server_takes_no_web_and_token(folder: Path, serve: ServeFn) -> None:
-    url = serve("--no-web", "--token", "s3cret", "--board-workers", "1", cwd=folder, module="servers.sudoku")
+@pytest.mark.parametrize(
+    ("module", "flags"),
+    [("servers.sudoku", ["--board-workers", "1"]), ("servers.textarena", ["--game-workers", "1", "--env-id", "2048-v0"])],
+)
+def test_12_the_game_servers_take_no_web_and_token(folder: Path, serve: ServeFn, module: str, flags: list[str]) -> None:
+    url = serve("--no-web", "--token", "s3cret", *flags, cwd=folder, module=module)
     assert httpx.get(url + "/metadata", timeout=5).status_code == 401
     headers = {"Authorization": "Bearer s3cret"}
     assert httpx.get(url + "/metadata", headers=headers, timeout=5).status_code == 200
