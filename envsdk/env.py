@@ -34,12 +34,17 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     * ``close()`` releases whatever the instance holds; it may be called more than once.
 
     Any of ``reset``, ``step`` and ``close`` may be ``async def``: coroutines run on the server's
-    event loop (they must not block it), plain functions run in the server's shared, bounded
-    thread pool. Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be
-    declared in its signature (or accepted by ``**kwargs``): unknown ones are refused.
+    event loop (they must not block it). Plain methods (and the constructor, and ``state``) run
+    on the session's own lane thread: every call of one session on the same thread, one at a
+    time, so thread-bound resources (sqlite, browsers, CUDA contexts) are safe to keep.
+    ``REQUIRES_SINGLE_THREAD_EXECUTOR = True`` puts every session of the class on one thread.
+    Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be declared in
+    its signature (or accepted by ``**kwargs``): unknown ones are refused.
 
-    ``step_timeout_s`` and ``reset_timeout_s`` are the environment's default deadlines; the
-    server's settings override them. ``None`` means no deadline.
+    ``step_timeout_s``, ``reset_timeout_s``, ``state_timeout_s``, ``close_timeout_s`` (and
+    ``factory_timeout_s`` on the class used as factory) are the environment's deadlines; the
+    server's settings override them; ``None`` means the server's default (60 s for building,
+    reset and step, 10 s for state, 5 s for close). Every call has a deadline.
 
     ``rubric`` (optional) computes rewards, as in OpenEnv: pass it with
     ``super().__init__(rubric=R)`` (an envsdk or OpenEnv rubric), call ``self._reset_rubric()``
@@ -48,15 +53,20 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     part of the score into ``obs.metadata["reward_components"]``, so the parts reach the client.
 
     ``INLINE_SYNC = True`` declares that the sync methods are fast (well under a millisecond)
-    and may run directly on the event loop instead of hopping to the thread pool, which costs
-    more than such a call itself. A call under a deadline still goes to the pool so the deadline
-    holds. Leave it False for anything that can block.
+    and may run directly on the event loop instead of hopping to the lane thread, which costs
+    more than such a call itself; the default deadlines then do not apply. A call under an
+    explicitly set deadline still goes to the lane so the deadline holds. Leave it False for
+    anything that can block.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = True
+    REQUIRES_SINGLE_THREAD_EXECUTOR: ClassVar[bool] = False
     INLINE_SYNC: ClassVar[bool] = False
+    factory_timeout_s: ClassVar[float | None] = None
     step_timeout_s: ClassVar[float | None] = None
     reset_timeout_s: ClassVar[float | None] = None
+    state_timeout_s: ClassVar[float | None] = None
+    close_timeout_s: ClassVar[float | None] = None
     # A class-level default, so subclasses whose __init__ does not call ours have no rubric.
     rubric: Any = None
 

@@ -143,11 +143,18 @@ def _copy_board(board: Board) -> Board:
     return [row[:] for row in board]
 
 
-def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
+MAX_ERROR_ALLOWANCE = 10
+"""Most consecutive invalid moves a client may ask to be forgiven: each one is a step whose
+message the cumulative observation repeats, so the option bounds an episode's replies."""
+
+
+def _check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SudokuOptionError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise SudokuOptionError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SudokuOptionError(f"{name} must be <= {maximum}")
     return value
 
 
@@ -191,7 +198,7 @@ class SudokuEnvironment(TextArenaEnvironment):
         """Start a new game.
 
         Options: `seed` (int; same seed, same board), `episode_id` (str), `error_allowance`
-        (int >= 0: consecutive invalid moves forgiven; one more ends the game),
+        (int, 0 to `MAX_ERROR_ALLOWANCE`: consecutive invalid moves forgiven; one more ends the game),
         `observation_form` ("cumulative" or "compact"), `env_id` (any Sudoku variant; default:
         the server's), `rubric` ("shaped": every step's observation carries the five shaped
         reward parts in ``metadata["reward_components"]``, see servers/sudoku/rubric.py).
@@ -201,7 +208,7 @@ class SudokuEnvironment(TextArenaEnvironment):
             _check_int("seed", seed)
         if episode_id is not None and not isinstance(episode_id, str):
             raise SudokuOptionError(f"episode_id must be a string, got {episode_id!r}")
-        _check_int("error_allowance", error_allowance, minimum=0)
+        _check_int("error_allowance", error_allowance, minimum=0, maximum=MAX_ERROR_ALLOWANCE)
         if observation_form not in OBSERVATION_FORMS:
             raise SudokuOptionError(
                 f"observation_form must be one of {', '.join(OBSERVATION_FORMS)}, "

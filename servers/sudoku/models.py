@@ -22,6 +22,7 @@ from servers.textarena.models import (
 )
 
 __all__ = [
+    "MAX_MOVE_CHARS",
     "ObservationForm",
     "MoveVerdict",
     "TextArenaMessage",
@@ -48,9 +49,15 @@ class LastMove(BaseModel):
     reason: str | None = Field(default=None, description="The game's reason for a refusal")
 
 
+MAX_MOVE_CHARS = 8192
+"""Longest move message the server takes: the cumulative observation repeats every message of
+the episode, so an unbounded one would let a client inflate every later reply."""
+
+
 class SudokuAction(TextArenaAction):
     """A model reply; the game reads the first ``[row column digit]`` in it (1-based)."""
 
+    message: str = Field(max_length=MAX_MOVE_CHARS)
 
 
 class SudokuObservation(TextArenaObservation):
