@@ -54,7 +54,7 @@ def test_the_readme_walkthrough_from_an_empty_folder(folder: Path, serve: ServeF
     assert rolled.returncode == 0, rolled.stderr
     records = [json.loads(line) for line in (folder / "completions.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(records) == 8 and {r["status"] for r in records} == {"done"} and {r["turns"] for r in records} == {3}
-    assert [r["seed"] for r in records] == list(range(8))
+    assert sorted(r["seed"] for r in records) == list(range(8))  # written as they finish
     reported = envsdk(*report_line.split()[1:], cwd=folder)  # matplotlib: the test extra has it
     assert reported.returncode == 0, reported.stderr
     assert (folder / "completions_report" / "report.html").is_file()
