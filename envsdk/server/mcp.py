@@ -665,6 +665,7 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
 
     @app.websocket(MCP_PATH)
     async def mcp_socket(ws: WebSocket) -> None:
+        limit = table.config.max_frame_bytes
         await ws.accept()
         try:
             session = await table.open(ws)
@@ -678,13 +679,19 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
                     return
-                text = message.get("text")
-                try:
-                    payload = json.loads(text if text is not None else message.get("bytes") or b"")
-                except (ValueError, RecursionError) as exc:
-                    reply = _error(None, PARSE_ERROR, f"Parse error: {exc}")
+                raw = message.get("text") or message.get("bytes") or b""
+                size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+                if size > limit:  # the same bound as a /ws frame's
+                    reply = _error(None, INVALID_REQUEST, f"Frame of {size} bytes exceeds the limit of {limit} bytes",
+                                   {"code": ErrorCode.FRAME_TOO_LARGE.value, "limit": limit})
                 else:
-                    reply = await _run_on(session, payload)
+                    try:
+                        payload = json.loads(raw)
+                    except (ValueError, RecursionError) as exc:
+                        reply = _error(None, PARSE_ERROR, f"Parse error: {exc}")
+                    else:
+                        reply = await _run_on(session, payload)
+                del raw
                 try:
                     await ws.send_text(dumps(reply))
                 except Exception:  # the peer is gone

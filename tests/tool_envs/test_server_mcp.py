@@ -185,3 +185,13 @@ def test_a_close_frame_on_an_attached_socket_leaves_the_mcp_session_to_session_c
     assert "result" in listed, listed  # still there, as under OpenEnv
     assert _rpc(ledger_url, "openenv/session/close", {"session_id": handle})["result"]["closed"] is True
     assert _rpc(ledger_url, "tools/list", {"session_id": handle})["error"]["code"] == -32602
+
+
+def test_ws_mcp_refuses_a_frame_over_the_frame_limit_and_goes_on() -> None:
+    with running_server(create_ledger_app(max_frame_bytes=4096)) as url:
+        with connect(url.replace("http://", "ws://") + "/mcp", open_timeout=10) as ws:
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * 5000}}))
+            refused = json.loads(ws.recv(timeout=10))["error"]
+            assert refused["data"]["code"] == "FRAME_TOO_LARGE" and refused["data"]["limit"] == 4096
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            assert len(json.loads(ws.recv(timeout=10))["result"]["tools"]) == 3
