@@ -675,8 +675,14 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
             await ws.close(code=1013 if exc.code is ErrorCode.CAPACITY_REACHED else 1000)
             return
         try:
+            waiting_s = table.config.first_frame_timeout_s  # a socket holds a slot: it must use it
             while True:
-                message = await ws.receive()
+                try:
+                    message = await asyncio.wait_for(ws.receive(), waiting_s)
+                except asyncio.TimeoutError:
+                    await ws.close(code=1008, reason="no request within first_frame_timeout_s")
+                    return
+                waiting_s = None
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text") or message.get("bytes") or b""

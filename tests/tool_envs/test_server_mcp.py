@@ -195,3 +195,17 @@ def test_ws_mcp_refuses_a_frame_over_the_frame_limit_and_goes_on() -> None:
             assert refused["data"]["code"] == "FRAME_TOO_LARGE" and refused["data"]["limit"] == 4096
             ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
             assert len(json.loads(ws.recv(timeout=10))["result"]["tools"]) == 3
+
+
+def test_ws_mcp_closes_a_socket_that_sends_nothing_and_frees_its_slot() -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    with running_server(create_ledger_app(first_frame_timeout_s=0.5)) as url:
+        with connect(url.replace("http://", "ws://") + "/mcp", open_timeout=10) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        deadline = time.monotonic() + 10
+        while _active(url):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
