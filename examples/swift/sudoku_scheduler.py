@@ -1,7 +1,8 @@
 """ms-swift plugin: envsdk's Sudoku scheduler as an ms-swift multi-turn scheduler.
 
 Load it with ``--external_plugins examples/swift/sudoku_scheduler.py`` (``swift rollout`` and
-``swift rlhf``); it registers ``envsdk_sudoku`` in ms-swift's ``swift.rollout.multi_turns``::
+``swift rlhf``); it registers ``envsdk_sudoku`` in ms-swift's ``swift.rollout.multi_turns``
+(and ``envsdk_tools``, for any tool environment: see `EnvsdkToolScheduler`)::
 
     swift rollout ... --external_plugins examples/swift/sudoku_scheduler.py \\
         --multi_turn_scheduler envsdk_sudoku --use_gym_env true --max_turns 100
@@ -48,8 +49,9 @@ from envsdk.client.sync import background_loop
 from envsdk.env import RolloutRequest
 from envsdk.schedulers import MultiTurnScheduler as EnvsdkMultiTurnScheduler
 from envsdk.schedulers import SudokuScheduler, Trajectory
+from envsdk.schedulers.tools import ToolScheduler
 
-__all__ = ["EnvsdkSchedulerBridge", "EnvsdkSudokuScheduler", "row_env_config"]
+__all__ = ["EnvsdkSchedulerBridge", "EnvsdkSudokuScheduler", "EnvsdkToolScheduler", "row_env_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -275,4 +277,24 @@ class EnvsdkSudokuScheduler(EnvsdkSchedulerBridge):
         )
 
 
+class EnvsdkToolScheduler(EnvsdkSchedulerBridge):
+    """Any tool environment (envsdk ``@tool`` methods or an OpenEnv ``MCPEnvironment``) on an
+    envsdk or OpenEnv server, through `envsdk.schedulers.tools.ToolScheduler`: the tools are
+    discovered over MCP and listed in the system message, each reply's ``<tool_call>`` is
+    one tool call, a reply without one ends the episode, and the state's ``reward`` is the
+    episode's ``total_reward`` (ms-swift's ``gym_reward`` column under ``use_gym_env``)::
+
+        swift rollout ... --external_plugins examples/swift/sudoku_scheduler.py \\
+            --multi_turn_scheduler envsdk_tools --use_gym_env true --max_turns 8
+    """
+
+    def make_core(self) -> ToolScheduler:
+        return ToolScheduler(
+            base_url=os.environ.get("ENVSDK_BASE_URL") or None,
+            max_concurrent_envs=int(os.environ.get("ENVSDK_MAX_CONCURRENT_ENVS", "4")),
+            max_turns=int(self.max_turns or _UNBOUNDED_TURNS),
+        )
+
+
 multi_turns["envsdk_sudoku"] = EnvsdkSudokuScheduler
+multi_turns["envsdk_tools"] = EnvsdkToolScheduler
