@@ -15,8 +15,10 @@ From nothing to a measurably better agent, offline, in minutes on two CPU cores:
 6. evaluate again on the same seeds, and plot both evaluations and the training curve.
 
 The map is fixed, so what is learned is a route, not map reading; a uniformly random move
-reaches G within 8 turns 7.5 % of the time. The episode seeds only drive the policy's sampling
-(temperature 1, as in training): the same seeds give the same draws before and after.
+reaches G within 8 turns 7.5 % of the time. Both evaluations sample at temperature 1, as
+training does, with the eval seeds seeding the sampler (transformers' default top-k of 50
+applies there, not in training); episodes run 8 at a time, so a rerun matches in
+distribution, not draw for draw.
 
 Writes into ``--out`` (default ``runs/learn-cpu``): ``before/completions.jsonl``,
 ``after/completions.jsonl``, ``train/completions.jsonl`` (every training episode, with its

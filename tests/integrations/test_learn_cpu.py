@@ -33,17 +33,16 @@ def _env() -> dict[str, str]:
 @pytest.mark.timeout(900)
 def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["--seed", "0", "--out", str(out), "--sft-episodes", "64", "--sft-steps", "50",
-            "--eval-episodes", "48", "--train-steps", "40"]
+    args = ["--seed", "0", "--out", str(out), "--sft-steps", "50", "--train-steps", "60"]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=880
+        [sys.executable, str(SCRIPT), *args], check=False, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=880
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["env"] == "frozen_lake:SFH/FFF/HFG"
-    assert summary["train_steps"] == 40
+    assert summary["train_steps"] == 60
     first, last = summary["eval_seeds"]
-    assert last - first + 1 == 48
+    assert last - first + 1 == 64
     before, after = summary["before"], summary["after"]
     gain = after["success_rate"] - before["success_rate"]
     assert gain >= MIN_GAIN, f"no learning beyond the noise: {summary}"
@@ -57,7 +56,7 @@ def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_p
         assert sum(r["success"] for r in records) / len(records) == pytest.approx(summary[phase]["success_rate"])
     # Every training episode is logged with its step; the reward curve and the comparison exist.
     steps = {json.loads(line)["global_step"] for line in (out / "train" / "completions.jsonl").read_text().splitlines()}
-    assert steps == set(range(1, 41))
+    assert steps == set(range(1, 61))
     for plot in (out / "report" / "compare.png", out / "report" / "train" / "training.png"):
         assert plot.read_bytes().startswith(b"\x89PNG")
     logged = [json.loads(line) for line in (out / "train" / "log.jsonl").read_text().splitlines()]
@@ -68,7 +67,7 @@ def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_p
 def test_the_gpu_recipe_fails_in_one_line_when_the_model_cannot_be_loaded(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--model", "Qwen/Qwen3-0.6B", "--use-vllm", "--out", str(tmp_path / "run")],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=170,
+        check=False, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=170,
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
