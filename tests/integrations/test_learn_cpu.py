@@ -18,11 +18,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "learn_cpu.py"
 
-# The smallest gain that counts as learning. Measured with these sizes (48 eval episodes):
-# the evaluation of one fixed model is binomial, so two evaluations of the *same* model differ
-# by about sqrt(2 p (1 - p) / 48) <= 0.10 (one s.d.); the warm-started model's success rate
-# over run seeds 0, 1, 2 ranged over 0.02–0.10. A gain of 0.2 is beyond three s.d. of that noise.
-MIN_GAIN = 0.2
+# The smallest gain that counts as learning, from the noise measured with 64 eval episodes: one
+# fixed model evaluated on four disjoint seed sets scattered by 0.035 (s.d.; 0.11-0.19 for the
+# warm-started model, 0.44-0.52 for a trained one), so the difference of two evaluations has
+# s.d. ~0.05; the warm-started model's success rate over six runs ranged 0.02-0.16. The gains
+# measured were 0.28-0.31 after 60 steps and 0.30-0.53 after 120; 0.15 is three s.d. of the
+# evaluation noise.
+MIN_GAIN = 0.15
 
 
 def _env() -> dict[str, str]:
@@ -33,14 +35,14 @@ def _env() -> dict[str, str]:
 @pytest.mark.timeout(900)
 def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["--seed", "0", "--out", str(out), "--sft-steps", "50", "--train-steps", "60"]
+    args = ["--seed", "0", "--out", str(out), "--sft-steps", "50", "--train-steps", "80"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *args], check=False, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=880
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["env"] == "frozen_lake:SFH/FFF/HFG"
-    assert summary["train_steps"] == 60
+    assert summary["train_steps"] == 80
     first, last = summary["eval_seeds"]
     assert last - first + 1 == 64
     before, after = summary["before"], summary["after"]
@@ -56,7 +58,7 @@ def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_p
         assert sum(r["success"] for r in records) / len(records) == pytest.approx(summary[phase]["success_rate"])
     # Every training episode is logged with its step; the reward curve and the comparison exist.
     steps = {json.loads(line)["global_step"] for line in (out / "train" / "completions.jsonl").read_text().splitlines()}
-    assert steps == set(range(1, 61))
+    assert steps == set(range(1, 81))
     for plot in (out / "report" / "compare.png", out / "report" / "train" / "training.png"):
         assert plot.read_bytes().startswith(b"\x89PNG")
     logged = [json.loads(line) for line in (out / "train" / "log.jsonl").read_text().splitlines()]
