@@ -1,6 +1,9 @@
 """``python -m bench COMMAND``: envsdk's benchmarks, each bounded in time, on 127.0.0.1 only.
 
-* ``trivial`` — envsdk vs OpenEnv vs bare websockets, trivial env, 1 … 4,096 sessions.
+* ``trivial`` — envsdk (default path, INLINE_SYNC) vs OpenEnv vs bare websockets, trivial env,
+  1 … 4,096 sessions.
+* ``core`` — the execution core: default path vs OpenEnv vs bare at 256 and 1,024 sessions,
+  32 hung calls among 255 stepping sessions, RSS under 8 MiB observations (`bench.core`).
 * ``scale`` — server memory per idle session (4,096 sessions held open).
 * ``client`` — one process of envsdk ``EnvClient``s, 256 vs 2,048 sessions.
 * ``sudoku`` — Sudoku games/s vs an OpenEnv-style server (`bench.sudoku_bench`; its own flags).
@@ -14,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import client_scale, scale, trivial
+from bench import client_scale, core, scale, trivial
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -23,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, module in (("trivial", trivial), ("scale", scale), ("client", client_scale)):
+    for name, module in (("trivial", trivial), ("scale", scale), ("client", client_scale), ("core", core)):
         module.add_arguments(commands.add_parser(name, help=(module.__doc__ or "").splitlines()[0]))
     commands.add_parser("sudoku", help="Sudoku games/s (bench.sudoku_bench), remaining arguments passed on", add_help=False)
     everything = commands.add_parser("all", help="trivial, scale and client with their defaults")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
             sub_args = sub.parse_args(["--out", str(args.out)])
             module.run(sub_args, f"{command}  (part: python -m bench {name})")
         return
-    {"trivial": trivial, "scale": scale, "client": client_scale}[args.command].run(args, command)
+    {"trivial": trivial, "scale": scale, "client": client_scale, "core": core}[args.command].run(args, command)
 
 
 if __name__ == "__main__":

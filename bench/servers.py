@@ -1,6 +1,8 @@
 """The three servers benchmarked side by side, each serving the same trivial echo environment.
 
-* ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``.
+* ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``, a plain sync
+  env as the README shows one: the default path (each session's calls on its lane thread).
+* ``envsdk-inline``: the same with ``inline_sync=True`` (calls on the event loop).
 * ``openenv``: openenv's own ``create_app`` with an echo environment written against openenv's
   base classes, reproducing what a user of OpenEnv runs.
 * ``bare``: a bare asyncio ``websockets`` server speaking the same frames, with no framework:
@@ -19,13 +21,12 @@ import json
 import resource
 from typing import Any
 
-KINDS = ("envsdk", "openenv", "bare")
+KINDS = ("envsdk", "envsdk-inline", "openenv", "bare")
 
 
-def envsdk_app(max_sessions: int, inline_sync: bool = True) -> Any:
-    """envsdk serving the echo env. Its calls take microseconds, so by default it runs them
-    on the loop (``inline_sync``) as the bare server does; ``inline_sync=False`` measures the
-    thread-pool path every sync env gets by default."""
+def envsdk_app(max_sessions: int, inline_sync: bool | None = None) -> Any:
+    """envsdk serving the echo env: by default on the path every sync env gets (lanes);
+    ``inline_sync=True`` runs its calls on the loop, as the bare server does."""
     from envsdk.server import create_app
     from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
 
@@ -91,9 +92,6 @@ def main() -> None:
     parser.add_argument("--http", default=None, help="uvicorn http implementation")
     parser.add_argument("--loop", default=None, help="uvicorn event loop: auto, asyncio, uvloop")
     parser.add_argument("--deflate", action=argparse.BooleanOptionalAction, default=None, help="permessage-deflate")
-    parser.add_argument(
-        "--inline", action=argparse.BooleanOptionalAction, default=True, help="envsdk: run the echo env's calls on the loop"
-    )
     args = parser.parse_args()
     # Thousands of sessions need thousands of descriptors.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -107,10 +105,11 @@ def main() -> None:
             settings[key] = getattr(args, key)
     if args.deflate is not None:
         settings["ws_per_message_deflate"] = args.deflate
-    if args.kind == "envsdk":
+    if args.kind.startswith("envsdk"):
         from envsdk.server import serve
 
-        serve(envsdk_app(args.max_sessions, args.inline), "127.0.0.1", args.port, **settings)
+        inline = True if args.kind == "envsdk-inline" else None
+        serve(envsdk_app(args.max_sessions, inline), "127.0.0.1", args.port, **settings)
         return
     import uvicorn
 

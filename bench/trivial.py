@@ -1,4 +1,5 @@
-"""Trivial-environment benchmark: envsdk vs OpenEnv vs a bare websockets server.
+"""Trivial-environment benchmark: envsdk (default path and ``INLINE_SYNC``) vs OpenEnv vs a
+bare websockets server.
 
 Each server runs in its own process on 127.0.0.1 (see `bench.servers`). One load generator,
 the same for all three, drives it: ``procs`` worker processes (asyncio + raw ``websockets``
@@ -35,7 +36,7 @@ RESET = json.dumps({"type": "reset", "data": {}})
 STEP = json.dumps({"type": "step", "data": {"message": "hello"}})
 CLOSE = json.dumps({"type": "close"})
 STEPS_PER_RESET = 3
-KINDS = ("envsdk", "openenv", "bare")
+KINDS = ("envsdk", "envsdk-inline", "openenv", "bare")
 REPO = Path(__file__).resolve().parent.parent
 
 # Bounds of every wait in the harness, so that no run can hang.
@@ -310,6 +311,9 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
     lines = [
         "## Trivial environment: envsdk vs OpenEnv vs bare websockets",
         "",
+        "`envsdk` is the default path (a plain sync env: each session's calls on its lane thread); "
+        "`envsdk-inline` the same env with `INLINE_SYNC` (calls on the event loop).",
+        "",
         f"Command: `{command}`  ",
         machine_line() + "  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "  ",
@@ -329,15 +333,21 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
                 f"| {n} | {kind} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
                 f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {r.rss_kib / 1024:.0f} |"
             )
-    lines += ["", "| sessions | envsdk / OpenEnv steps/s | envsdk / bare steps/s | envsdk / bare CPU per step |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| sessions | envsdk server | / OpenEnv steps/s | / bare steps/s | / bare CPU per step |",
+        "|---|---|---|---|---|",
+    ]
     for n in levels:
-        e, o, b = by.get(("envsdk", n)), by.get(("openenv", n)), by.get(("bare", n))
-        if e is None:
-            continue
-        ratio_o = f"{e.steps_per_s / max(o.steps_per_s, 1e-9):.2f}×" if o else "–"
-        ratio_b = f"{e.steps_per_s / max(b.steps_per_s, 1e-9):.2f}×" if b else "–"
-        cpu_b = f"{e.cpu_us_per_step / b.cpu_us_per_step:.2f}×" if b and b.steps else "–"
-        lines.append(f"| {n} | {ratio_o} | {ratio_b} | {cpu_b} |")
+        o, b = by.get(("openenv", n)), by.get(("bare", n))
+        for kind in ("envsdk", "envsdk-inline"):
+            e = by.get((kind, n))
+            if e is None:
+                continue
+            ratio_o = f"{e.steps_per_s / max(o.steps_per_s, 1e-9):.2f}×" if o else "–"
+            ratio_b = f"{e.steps_per_s / max(b.steps_per_s, 1e-9):.2f}×" if b else "–"
+            cpu_b = f"{e.cpu_us_per_step / b.cpu_us_per_step:.2f}×" if b and b.steps else "–"
+            lines.append(f"| {n} | {kind} | {ratio_o} | {ratio_b} | {cpu_b} |")
     errors = [f"{r.kind}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
     if errors:
         lines += ["", "First error per failing run: " + "; ".join(errors)]
@@ -377,7 +387,7 @@ def run(args: argparse.Namespace, command: str) -> list[LevelResult]:
     servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     try:
         for kind in args.kinds:
-            servers[kind] = start_server(kind, max_sessions, args.server_arg if kind == "envsdk" else None)
+            servers[kind] = start_server(kind, max_sessions, args.server_arg if kind.startswith("envsdk") else None)
         for n in args.levels:
             for kind in args.kinds:
                 proc, url = servers[kind]

@@ -30,6 +30,7 @@ from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.protocol import ErrorCode
 from envsdk.registry import envs
+from envsdk.rewards.parts import REWARD_COMPONENTS, components_from
 from envsdk.server import ServerConfig, create_app
 from envsdk.types import Action, Observation, State, StepResult
 
@@ -123,7 +124,10 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
             raise NotResetError("EnvEnvironment.step called before reset", ErrorCode.NOT_RESET.value)
         observation, reward, done, info = await self._env.step(action.messages)
         self._state.step_count += 1
-        return ChatObservation(text=observation, info=info, reward=float(reward), done=bool(done))
+        # The env's rubric parts go where every client looks for them: the observation metadata.
+        parts = components_from(info)
+        metadata = {REWARD_COMPONENTS: parts} if parts is not None else {}
+        return ChatObservation(text=observation, info=info, reward=float(reward), done=bool(done), metadata=metadata)
 
     @property
     def state(self) -> State:
@@ -288,6 +292,9 @@ class RemoteEnv(Env):
             result = await self.client.step(self.parse_action(reply))
             text = self.format_observation(result.observation)
             info = {"observation": result.observation, "metadata": result.metadata}
+            parts = components_from(result.metadata)
+            if parts is not None:
+                info[REWARD_COMPONENTS] = parts
         self._done = result.done
         return text, float(result.reward or 0.0), result.done, info
 

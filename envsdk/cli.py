@@ -64,6 +64,8 @@ def _build_app(args: argparse.Namespace) -> Any:
     if args.token:
         # Same route as --no-web: a `module:app` target built at import time reads it too.
         os.environ["ENVSDK_TOKEN"] = args.token
+    if args.allowed_hosts:
+        os.environ["ENVSDK_ALLOWED_HOSTS"] = args.allowed_hosts
     target = import_target(args.target)
     if not callable(target):
         raise SystemExit(f"error: {args.target!r} is neither an app nor an environment factory")
@@ -128,6 +130,11 @@ def _add_serve(subparsers: Any) -> None:
         "--token", default=None,
         help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
         "prefer the variable: a command line is visible to other users in `ps`)",
+    )
+    parser.add_argument(
+        "--allowed-hosts", default=None,
+        help="comma-separated Host names served ('*.example.com' wildcards, '*' any; default: "
+        "$ENVSDK_ALLOWED_HOSTS, else only localhost/127.0.0.1/::1 on loopback connections)",
     )
     from envsdk.server.replicas import add_replica_arguments
 

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, ClassVar, Generic, TypeVar, Union
 
+from envsdk.rewards.parts import REWARD_COMPONENTS, ascore, score
 from envsdk.types import Action, Observation, State
 
 __all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT"]
@@ -33,23 +34,44 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     * ``close()`` releases whatever the instance holds; it may be called more than once.
 
     Any of ``reset``, ``step`` and ``close`` may be ``async def``: coroutines run on the server's
-    event loop (they must not block it), plain functions run in the server's shared, bounded
-    thread pool. Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be
-    declared in its signature (or accepted by ``**kwargs``): unknown ones are refused.
+    event loop (they must not block it). Plain methods (and the constructor, and ``state``) run
+    on the session's own lane thread: every call of one session on the same thread, one at a
+    time, so thread-bound resources (sqlite, browsers, CUDA contexts) are safe to keep.
+    ``REQUIRES_SINGLE_THREAD_EXECUTOR = True`` puts every session of the class on one thread.
+    Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be declared in
+    its signature (or accepted by ``**kwargs``): unknown ones are refused.
 
-    ``step_timeout_s`` and ``reset_timeout_s`` are the environment's default deadlines; the
-    server's settings override them. ``None`` means no deadline.
+    ``step_timeout_s``, ``reset_timeout_s``, ``state_timeout_s``, ``close_timeout_s`` (and
+    ``factory_timeout_s`` on the class used as factory) are the environment's deadlines; the
+    server's settings override them; ``None`` means the server's default (60 s for building,
+    reset and step, 10 s for state, 5 s for close). Every call has a deadline.
+
+    ``rubric`` (optional) computes rewards, as in OpenEnv: pass it with
+    ``super().__init__(rubric=R)`` (an envsdk or OpenEnv rubric), call ``self._reset_rubric()``
+    in ``reset`` and ``obs.reward = self._apply_rubric(action, obs)`` in ``step`` (the
+    ``_async`` forms in coroutines or for async rubrics). `_apply_rubric` also puts every named
+    part of the score into ``obs.metadata["reward_components"]``, so the parts reach the client.
 
     ``INLINE_SYNC = True`` declares that the sync methods are fast (well under a millisecond)
-    and may run directly on the event loop instead of hopping to the thread pool, which costs
-    more than such a call itself. A call under a deadline still goes to the pool so the deadline
-    holds. Leave it False for anything that can block.
+    and may run directly on the event loop instead of hopping to the lane thread, which costs
+    more than such a call itself; the default deadlines then do not apply. A call under an
+    explicitly set deadline still goes to the lane so the deadline holds. Leave it False for
+    anything that can block.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = True
+    REQUIRES_SINGLE_THREAD_EXECUTOR: ClassVar[bool] = False
     INLINE_SYNC: ClassVar[bool] = False
+    factory_timeout_s: ClassVar[float | None] = None
     step_timeout_s: ClassVar[float | None] = None
     reset_timeout_s: ClassVar[float | None] = None
+    state_timeout_s: ClassVar[float | None] = None
+    close_timeout_s: ClassVar[float | None] = None
+    # A class-level default, so subclasses whose __init__ does not call ours have no rubric.
+    rubric: Any = None
+
+    def __init__(self, rubric: Any = None) -> None:
+        self.rubric = rubric
 
     @abc.abstractmethod
     def reset(
@@ -69,6 +91,38 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
     def close(self) -> None | Awaitable[None]:
         """Release resources. Idempotent."""
         return None
+
+    def _apply_rubric(self, action: ActT, observation: ObsT) -> float:
+        """The rubric's score for this step (0.0 without a rubric); its named parts go into
+        ``observation.metadata["reward_components"]``. `TypeError` for an async rubric."""
+        if self.rubric is None:
+            return 0.0
+        scored = score(self.rubric, action, observation)
+        observation.metadata[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
+
+    async def _apply_rubric_async(self, action: ActT, observation: ObsT) -> float:
+        """`_apply_rubric` for sync and async rubrics alike."""
+        if self.rubric is None:
+            return 0.0
+        scored = await ascore(self.rubric, action, observation)
+        observation.metadata[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
+
+    def _reset_rubric(self) -> None:
+        """Forget the rubric's episode state (call it in ``reset``)."""
+        if self.rubric is not None:
+            self.rubric.reset()
+
+    async def _reset_rubric_async(self) -> None:
+        """`_reset_rubric`, awaiting a rubric's ``reset_async`` when it has one (as OpenEnv)."""
+        if self.rubric is None:
+            return
+        reset_async = getattr(self.rubric, "reset_async", None)
+        if callable(reset_async):
+            await reset_async()
+        else:
+            self.rubric.reset()
 
 
 @dataclass
@@ -101,10 +155,25 @@ class Env(abc.ABC):
     * ``async close()`` releases resources; idempotent.
 
     Register a class by name with ``envsdk.registry.envs["name"] = MyEnv``.
+
+    ``rubric`` (optional, any envsdk or OpenEnv rubric): ``await self._apply_rubric(action,
+    observation, info)`` scores a step and puts its named parts into
+    ``info["reward_components"]``, which schedulers and the served form pass on.
     """
+
+    rubric: Any = None
 
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
+
+    async def _apply_rubric(self, action: Any, observation: Any, info: dict[str, Any]) -> float:
+        """The rubric's score for this step (0.0 without a rubric); its named parts go into
+        ``info["reward_components"]``."""
+        if self.rubric is None:
+            return 0.0
+        scored = await ascore(self.rubric, action, observation)
+        info[REWARD_COMPONENTS] = scored.parts
+        return scored.reward
 
     @abc.abstractmethod
     async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:

@@ -9,22 +9,25 @@ to a peer that did not ask for them:
   resume token; from then on the session outlives its connection for ``resume_window_s``.
   A client resumes by connecting to ``/ws?session_id=<id>&resume_token=<token>``.
 * ``"id"`` on a request — a request id, echoed on its reply. A request whose id was already
-  answered is answered again from the server's record, never applied twice. Only sent to a
+  answered is answered again from the server's record, never applied twice; an id is bound
+  to its request, so the same id with a different request gets ``ID_REUSED``. Only sent to a
   server that answered the handshake (OpenEnv forbids unknown top-level keys).
 * error codes ``TIMEOUT``, ``NOT_RESET``, ``EPISODE_DONE``, ``FRAME_TOO_LARGE``,
-  ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``.
+  ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``, ``ID_REUSED``.
 
 Server and client both build and read frames through this module only.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 from enum import Enum
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Annotated, Any, Literal, TypeVar, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -49,6 +52,12 @@ __all__ = [
     "Reply",
     "FrameError",
     "decode_request",
+    "validate_model",
+    "validation_errors",
+    "extra_key_error",
+    "MAX_REPORTED_ERRORS",
+    "MAX_ECHOED_CHARS",
+    "shorten_input",
     "decode_reply",
     "encode",
     "observation_reply",
@@ -86,6 +95,7 @@ class ErrorCode(str, Enum):
     RESUME_FAILED = "RESUME_FAILED"
     UNAUTHORIZED = "UNAUTHORIZED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    ID_REUSED = "ID_REUSED"
 
 
 class CloseCode(int, Enum):
@@ -240,14 +250,22 @@ def decode_request(
     """Decode one client frame into a request model, or raise `FrameError`.
 
     Never raises anything else: every bad input (not JSON, not an object, unknown type, bad
-    fields, too large) becomes the typed error the client should get.
+    fields, too large) becomes the typed error the client should get. `max_bytes` counts the
+    frame's UTF-8 bytes, not its characters. Lone surrogates (``"\\ud800"``) are INVALID_JSON:
+    they are no Unicode text, and no reply could echo them.
     """
-    if max_bytes is not None and len(raw) > max_bytes:
-        raise FrameError(
-            ErrorCode.FRAME_TOO_LARGE,
-            f"Frame of {len(raw)} bytes exceeds the limit of {max_bytes} bytes",
-            limit=max_bytes,
-        )
+    if max_bytes is not None:
+        size = len(raw)
+        # At most 4 UTF-8 bytes a character: only a non-ASCII text that could pass the limit
+        # by its length alone is encoded to be measured (ASCII and short frames cost nothing).
+        if isinstance(raw, str) and size <= max_bytes < size * 4 and not raw.isascii():
+            size = len(raw.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise FrameError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"Frame of {size} bytes exceeds the limit of {max_bytes} bytes",
+                limit=max_bytes,
+            )
     try:
         # One pass in pydantic-core parses and validates a well-formed frame (the common
         # case, about twice as fast); any failure is decoded again below to name the error.
@@ -255,8 +273,9 @@ def decode_request(
     except (ValidationError, ValueError, RecursionError):
         pass
     try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        # pydantic-core's parser, unlike json.loads, refuses lone surrogates.
+        obj = from_json(raw)
+    except ValueError as exc:  # invalid UTF-8, too deep, lone surrogate ...
         raise FrameError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError(
@@ -267,47 +286,108 @@ def decode_request(
     msg_type = obj.get("type")
     model = REQUEST_TYPES.get(msg_type) if isinstance(msg_type, str) else None
     if model is None:
-        shown = msg_type if isinstance(msg_type, str) else ("" if msg_type is None else repr(msg_type))
-        raise FrameError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown}")
+        shown = msg_type if isinstance(msg_type, str) else ("" if msg_type is None else repr(shorten_input(msg_type)))
+        raise FrameError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shorten_input(shown)}")
+    return cast(
+        "ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest",
+        validate_model(model, obj),
+    )
+
+
+MAX_REPORTED_ERRORS = 20
+"""Most entries of a VALIDATION_ERROR's ``errors`` list; ``errors_omitted`` counts the rest."""
+MAX_ECHOED_CHARS = 256
+"""Longest string of client input echoed back in an error (the rest is counted, not sent)."""
+_MAX_ECHOED_ITEMS = 8
+_MAX_ECHOED_DEPTH = 4
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def validate_model(model: type[_M], data: Any) -> _M:
+    """``model.model_validate(data)``, or `FrameError` VALIDATION_ERROR whose ``errors`` list
+    is bounded (`validation_errors`).
+
+    Unknown keys of a model that forbids them are counted, not validated one by one: pydantic
+    would build one error per key, and a frame of a million keys would cost seconds and
+    gigabytes to answer.
+    """
+    # Only a dict of more keys than errors shown can take this path: one len() on the hot path.
+    if isinstance(data, dict) and len(data) > MAX_REPORTED_ERRORS and model.model_config.get("extra") == "forbid":
+        known = _field_keys(model)
+        extra = len(data) - sum(1 for key in known if key in data)
+        if extra > MAX_REPORTED_ERRORS:
+            errors: list[dict[str, Any]] = []
+            total = extra
+            try:
+                model.model_validate({key: data[key] for key in known if key in data})
+            except ValidationError as exc:
+                errors, total = validation_errors(exc), total + exc.error_count()
+            unknown = itertools.islice((key for key in data if key not in known), MAX_REPORTED_ERRORS)
+            errors = [*errors, *(extra_key_error(key, data[key]) for key in unknown)][:MAX_REPORTED_ERRORS]
+            raise FrameError(
+                ErrorCode.VALIDATION_ERROR,
+                f"Invalid message: {extra} unknown field(s)",
+                errors=errors,
+                errors_omitted=total - len(errors),
+            )
     try:
-        return cast(
-            "ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest",
-            model.model_validate(obj),
-        )
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise FrameError(
-            ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
-        ) from None
+        details: dict[str, Any] = {"errors": validation_errors(exc)}
+        if exc.error_count() > MAX_REPORTED_ERRORS:
+            details["errors_omitted"] = exc.error_count() - MAX_REPORTED_ERRORS
+        raise FrameError(ErrorCode.VALIDATION_ERROR, "Invalid message", **details) from None
 
 
-_MAX_ERROR_INPUT_DEPTH = 32
+@functools.cache
+def _field_keys(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(
+        key for name, field in model.model_fields.items() for key in (name, field.alias) if key is not None
+    )
+
+
+def extra_key_error(key: str, value: Any, loc: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Pydantic's ``extra_forbidden`` error for `key`, its value shortened (`MAX_ECHOED_CHARS`)."""
+    return {
+        "type": "extra_forbidden",
+        "loc": [*loc, shorten_input(key)],
+        "msg": "Extra inputs are not permitted",
+        "input": shorten_input(value),
+    }
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """Pydantic's error list in JSON-safe form, as OpenEnv sends it.
-
-    An ``input`` nested deeper than 32 levels is replaced by a short description: echoed
-    whole, a hostile frame's deep nesting would make the error reply itself unencodable.
+    """Pydantic's error list in JSON-safe form, as OpenEnv sends it, bounded: at most
+    `MAX_REPORTED_ERRORS` entries (``exc.error_count()`` tells how many there were), each
+    ``input`` shortened: strings past `MAX_ECHOED_CHARS` characters are cut (with a count of
+    the rest), containers past 8 items or 4 levels are described, not echoed.
     """
-    errors: list[dict[str, Any]] = json.loads(exc.json())
+    errors = exc.errors()[:MAX_REPORTED_ERRORS]
     for error in errors:
-        if _nested_deeper_than(error.get("input"), _MAX_ERROR_INPUT_DEPTH):
-            error["input"] = f"<{type(error['input']).__name__} nested deeper than {_MAX_ERROR_INPUT_DEPTH} levels>"
-    return errors
+        if "input" in error:
+            error["input"] = shorten_input(error["input"])
+    # The JSON round trip turns what is left (e.g. exceptions in `ctx`) into JSON data.
+    return json.loads(to_json(errors, fallback=str))  # type: ignore[no-any-return]
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    level: list[Any] = [value]
-    for _ in range(limit + 1):
-        level = [
-            child
-            for item in level
-            if isinstance(item, (dict, list))
-            for child in (item.values() if isinstance(item, dict) else item)
-        ]
-        if not level:
-            return False
-    return True
+def shorten_input(value: Any, depth: int = 0) -> Any:
+    """What an error may echo of client input `value`: see `validation_errors`."""
+    if isinstance(value, str):
+        if len(value) <= MAX_ECHOED_CHARS:
+            return value
+        return f"{value[:MAX_ECHOED_CHARS]}... ({len(value) - MAX_ECHOED_CHARS} more characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<integer of {value.bit_length()} bits>"
+    if isinstance(value, (dict, list)):
+        if depth >= _MAX_ECHOED_DEPTH or len(value) > _MAX_ECHOED_ITEMS:
+            kind = "object" if isinstance(value, dict) else "array"
+            why = "too deep" if len(value) <= _MAX_ECHOED_ITEMS else "too long"
+            return f"<{kind} of {len(value)} items, {why} to echo>"
+        if isinstance(value, dict):
+            return {str(shorten_input(k, depth)): shorten_input(v, depth + 1) for k, v in value.items()}
+        return [shorten_input(v, depth + 1) for v in value]
+    return value
 
 
 def decode_reply(raw: str | bytes) -> ObservationReply | StateReply | ErrorReply | SessionReply:

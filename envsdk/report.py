@@ -36,6 +36,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from envsdk.rewards.parts import REWARD_PARTS
+
 __all__ = [
     "ReportError",
     "Episode",
@@ -84,7 +86,9 @@ def _episode(record: Any, where: str) -> Episode:
     infos = record.get("rollout_infos")
     components: dict[str, float] = {}
     if isinstance(infos, dict):
-        for key, value in infos.items():
+        # The episode's named reward parts (any environment's rubric) sit beside the scalars.
+        parts = infos.get(REWARD_PARTS)
+        for key, value in {**infos, **(parts if isinstance(parts, dict) else {})}.items():
             number = _number(value)
             if key != "total_reward" and number is not None:
                 components[key] = number

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import math
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
+from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -118,12 +120,15 @@ class RolloutSummary:
 def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
 
-    Components are the numeric scalars a scheduler put in ``rollout_infos`` (Sudoku: the five
-    reward parts), averaged over the trajectories that have them.
+    Components are the numeric scalars a scheduler put in ``rollout_infos`` and the episode's
+    named reward parts (``rollout_infos["reward_parts"]``: any environment's rubric parts),
+    averaged over the trajectories that have them.
     """
     components: dict[str, list[float]] = {}
     for traj in trajectories:
-        for key, value in traj.rollout_infos.items():
+        parts = traj.rollout_infos.get(REWARD_PARTS)
+        merged = {**traj.rollout_infos, **(parts if isinstance(parts, dict) else {})}
+        for key, value in merged.items():
             if key != "total_reward" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 components.setdefault(key, []).append(float(value))
     return RolloutSummary(
@@ -174,11 +179,14 @@ def make_scheduler(
     return GYMScheduler(env, max_completion_chars=max_completion_chars, **turns)
 
 
-def make_requests(env: str, episodes: int, seed: int, base_url: BaseUrls | None = None) -> list[RolloutRequest]:
-    """One row per episode, seeds ``seed .. seed + episodes - 1``."""
+def make_requests(
+    env: str, episodes: int, seed: int, base_url: BaseUrls | None = None, env_config: dict[str, Any] | None = None
+) -> list[RolloutRequest]:
+    """One row per episode, seeds ``seed .. seed + episodes - 1``; `env_config` (e.g.
+    ``{"rubric": "shaped"}``) is copied into every row's ``env_config``."""
     rows = []
     for i in range(episodes):
-        config: dict[str, Any] = {"name": env, "seed": seed + i}
+        config: dict[str, Any] = {**(env_config or {}), "name": env, "seed": seed + i}
         if base_url is not None:
             config["base_url"] = base_url
         rows.append(RolloutRequest(messages=[], data_dict={"env_config": config}))
@@ -210,6 +218,7 @@ async def run_rollouts(
     out: str | Path | None = None,
     progress: bool = True,
     scheduler: MultiTurnScheduler | None = None,
+    env_config: dict[str, Any] | None = None,
 ) -> RolloutReport:
     """Run `episodes` episodes of `env` with `policy`, at most `concurrency` at once.
 
@@ -238,7 +247,7 @@ async def run_rollouts(
 
         started = time.perf_counter()
         trajectories = await sched.run(
-            make_requests(env, episodes, seed, url), policy, max_concurrency=concurrency, on_done=finished
+            make_requests(env, episodes, seed, url, env_config), policy, max_concurrency=concurrency, on_done=finished
         )
         elapsed = time.perf_counter() - started
     return RolloutReport(trajectories, summarize(trajectories, elapsed))
@@ -272,6 +281,10 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--env-config", type=_json_object, default=None, metavar="JSON",
+        help='extra env_config for every episode, e.g. \'{"rubric": "shaped"}\' (FrozenLake\'s shaped rubric)',
+    )
     parser.add_argument("--external-plugins", nargs="*", default=[], metavar="FILE")
     parser.add_argument("--out", default="completions.jsonl", help="JSON-lines file of trajectories")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -299,6 +312,16 @@ def _policy_from_args(args: argparse.Namespace) -> Policy:
     return policy
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def rollout_command(args: argparse.Namespace) -> int:
     """Run the ``rollout`` command; print the summary; exit status 0, or 2 on a usage error."""
     from envsdk.registry import load_plugins
@@ -318,6 +341,7 @@ def rollout_command(args: argparse.Namespace) -> int:
                 base_url=args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url,
                 out=args.out,
                 progress=not args.no_progress,
+                env_config=args.env_config,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:

@@ -14,6 +14,10 @@ context but masked from the loss. ``--adapter environment_factory``: TRL calls t
 tool below (needs a chat template with tool calling) — the way to give any envsdk episode
 tools of your own: subclass `EpisodeEnvironment`, turn the tool's arguments into the reply the
 scheduler expects, return ``self._play(reply)``. Reward: 1 for reaching the goal, else 0.
+
+``--rubric shaped`` (rollout_func) scores every step with FrozenLake's shaped rubric too: one
+reward column per rubric part (``rewards/goal``, ``rewards/progress``, ``rewards/format``),
+each weighted as the rubric weighs it, beside the 0/1 reward's column.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-turns", type=int, default=10)
     parser.add_argument("--learning-rate", type=float, default=1e-6)
     parser.add_argument("--env-weight", type=float, default=1.0, help="weight of the environment's reward column")
+    parser.add_argument(
+        "--rubric", choices=["shaped"], default=None, help="add one reward column per part of the shaped rubric"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/grpo-frozen-lake")
     return parser.parse_args(argv)
@@ -72,10 +79,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from envsdk.envs.frozen_lake import SYSTEM_MESSAGE
+    from envsdk.envs.frozen_lake import SYSTEM_MESSAGE, FrozenLakeRubric
     from envsdk.integrations.trl import (
         EnvironmentFactory,
         make_rollout_func,
+        reward_component_funcs,
         with_env_reward,
     )
     from envsdk.schedulers import GYMScheduler
@@ -83,9 +91,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.cpu:
         torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     use_tools = args.adapter == "environment_factory"
-    # rollout_func: the environment's reward is the one reward column. environment_factory: TRL
-    # scores each rollout with FrozenLakeTools.get_reward (weight 1) and needs no reward_funcs.
-    reward_funcs, weights = ([], None) if use_tools else with_env_reward(env_weight=args.env_weight)
+    if use_tools and args.rubric:
+        raise SystemExit("--rubric needs --adapter rollout_func")
+    # rollout_func: the environment's reward is the last reward column, after one column per
+    # rubric part with --rubric. environment_factory: TRL scores each rollout with
+    # FrozenLakeTools.get_reward (weight 1) and needs no reward_funcs.
+    rubric = FrozenLakeRubric() if args.rubric else None
+    parts, part_weights = (reward_component_funcs(rubric), list(rubric.weights)) if rubric else ([], [])
+    reward_funcs, weights = ([], None) if use_tools else with_env_reward(parts, part_weights, env_weight=args.env_weight)
     config = GRPOConfig(
         output_dir=args.output_dir,
         max_steps=args.max_steps,
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Play FrozenLake."}]}] * rows)
 
         def env_config(prompt: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-            return {"size": args.size, "seed": seed}
+            return {"size": args.size, "seed": seed, "rubric": args.rubric}
 
         trainer = GRPOTrainer(
             model=args.model,
@@ -150,9 +163,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rewards = [h[env_key] for h in trainer.state.log_history if env_key in h]
     steps = trainer.state.global_step
     print(f"{steps} steps in {seconds:.1f} s ({steps / seconds:.3f} steps/s)")
-    for i, reward in enumerate(rewards, 1):
-        print(f"step {i}: env_reward={reward:+.3f}")
-    return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds, "env_reward": rewards}
+    part_names = [f.__name__ for f in parts]
+    history = [h for h in trainer.state.log_history if env_key in h]
+    for i, entry in enumerate(history, 1):
+        columns = " ".join(f"{name}={entry[f'rewards/{name}/mean']:+.3f}" for name in part_names)
+        print(f"step {i}: env_reward={entry[env_key]:+.3f}{' ' + columns if columns else ''}")
+    return {
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "env_reward": rewards,
+        **{name: [h[f"rewards/{name}/mean"] for h in history] for name in part_names},
+    }
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 from envsdk.env import Env
 from envsdk.registry import Registry, envs
+from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
 from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 
 __all__ = ["GYMScheduler"]
@@ -80,20 +81,21 @@ class GYMScheduler(MultiTurnScheduler):
                 reward=float(reward),
                 done=bool(done),
                 info=dict(info or {}),
+                components=evaluated(components_from(info)),
                 duration_s=duration,
             )
         )
         trajectory.total_reward = sum(trajectory.step_rewards)
         episode.next_observation = observation
-        return {
-            "done": bool(done),
-            "rollout_infos": {
-                "total_reward": trajectory.total_reward,
-                "step_rewards": trajectory.step_rewards,
-                "step_infos": [s.info for s in trajectory.steps],
-                "reset_info": trajectory.reset_info,
-            },
+        infos: dict[str, Any] = {
+            "total_reward": trajectory.total_reward,
+            "step_rewards": trajectory.step_rewards,
+            "step_infos": [s.info for s in trajectory.steps],
+            "reset_info": trajectory.reset_info,
         }
+        if any(s.components for s in trajectory.steps):
+            infos[REWARD_PARTS] = episode_parts(s.components for s in trajectory.steps)
+        return {"done": bool(done), "rollout_infos": infos}
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self._episode(trajectory)

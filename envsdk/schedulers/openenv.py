@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from envsdk.adapters import observation_json, parse_action_text
+from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
 from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 from envsdk.types import StepResult
 
@@ -250,14 +251,15 @@ class OpenEnvScheduler(MultiTurnScheduler):
                 reward=reward,
                 done=bool(result.done),
                 info=self.step_info(result),
+                components=evaluated(components_from(result.metadata)),
                 duration_s=duration,
             )
         )
         trajectory.total_reward = sum(trajectory.step_rewards)
-        return {
-            "done": bool(result.done),
-            "rollout_infos": {"total_reward": trajectory.total_reward, "step_rewards": trajectory.step_rewards},
-        }
+        infos: dict[str, Any] = {"total_reward": trajectory.total_reward, "step_rewards": trajectory.step_rewards}
+        if any(s.components for s in trajectory.steps):
+            infos[REWARD_PARTS] = episode_parts(s.components for s in trajectory.steps)
+        return {"done": bool(result.done), "rollout_infos": infos}
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self.episode(trajectory)

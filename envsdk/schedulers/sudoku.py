@@ -19,6 +19,9 @@ GUARANTEED MOVES (single-candidate cells, up to 5) and Other options (2–3 cand
 
 Observations: with an envsdk Sudoku server the scheduler asks for ``observation_form=
 "compact"`` and reads the structured ``board``, ``initial_filled`` and ``last_move`` fields;
+it also asks for ``rubric="shaped"`` (``server_rewards``) and then takes each step's five
+components from the observation's ``metadata["reward_components"]``, which the server computes
+with this module's own code (equal to the last bit); without them it computes them itself;
 with a plain OpenEnv TextArena server it reads the cumulative transcript, taking only the text
 added since the previous observation (``content[last_len:]``). Both give the same rewards.
 
@@ -37,6 +40,7 @@ from typing import Any, Literal
 from envsdk.errors import ServerError
 from envsdk.games import sudoku as game
 from envsdk.games.sudoku import Board
+from envsdk.rewards.parts import REWARD_PARTS, components_from
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import OpenEnvScheduler
 from envsdk.types import StepResult
@@ -49,10 +53,14 @@ __all__ = [
     "Move",
     "sudoku_hints",
     "move_components",
+    "SUDOKU_COMPONENTS",
     "SUDOKU_SYSTEM_MESSAGE",
 ]
 
 Move = tuple[int, int, int]
+
+#: The five shaped components, by name, as steps and ``rollout_infos`` report them.
+SUDOKU_COMPONENTS: tuple[str, ...] = ("empty_cell", "valid_move", "repetition", "progress", "correct")
 Verdict = Literal["valid", "invalid", "bad_format"]
 
 SUDOKU_SYSTEM_MESSAGE = (
@@ -205,22 +213,36 @@ class SudokuEpisode:
 
         ``board_after`` is the board the environment shows after the move, ``reward`` the
         environment's reward for the step (``correct``). The one place the reward is computed:
-        the scheduler and the web page both call it.
+        the scheduler, the web page and the Sudoku server's rubric all call it.
         """
-        times_before = self.tried.get(move, 0)
-        parts = move_components(self.board, move, times_before, verdict)
-        self.tried[move] = times_before + 1
+        parts = move_components(self.board, move, self.tried.get(move, 0), verdict)
+        open_cells = 81 - self.initial_filled
+        filled = game.count_filled(board_after) - self.initial_filled
+        progress = max(self.reward.progress, filled / open_cells if open_cells else 1.0)
+        return self.record(move, verdict, board_after, {**parts, "progress": progress, "correct": float(reward)}, reason)
+
+    def record(
+        self, move: Move, verdict: Verdict | None, board_after: Board, parts: dict[str, float], reason: str | None = None
+    ) -> dict[str, float]:
+        """Advance the episode by one move whose five components are already known (`score`'s,
+        or the server's ``reward_components``); return them with the total so far."""
+        self.tried[move] = self.tried.get(move, 0) + 1
         self.reward.empty_cell.append(parts["empty_cell"])
         self.reward.valid_move.append(parts["valid_move"])
         self.reward.repetition.append(parts["repetition"])
-        open_cells = 81 - self.initial_filled
-        filled = game.count_filled(board_after) - self.initial_filled
-        self.reward.progress = max(self.reward.progress, filled / open_cells if open_cells else 1.0)
-        self.reward.correct = float(reward)
+        self.reward.progress = parts["progress"]
+        self.reward.correct = parts["correct"]
         self.board = [row[:] for row in board_after]
         self.steps += 1
         self.last_move, self.last_verdict, self.last_reason = move, verdict, reason
-        return {**parts, "progress": self.reward.progress, "correct": self.reward.correct, "total": self.reward.total}
+        return {
+            "empty_cell": parts["empty_cell"],
+            "valid_move": parts["valid_move"],
+            "repetition": parts["repetition"],
+            "progress": self.reward.progress,
+            "correct": self.reward.correct,
+            "total": self.reward.total,
+        }
 
 
 @dataclass(frozen=True)
@@ -264,13 +286,16 @@ class SudokuScheduler(OpenEnvScheduler):
 
     ``observation_form``: what to ask an envsdk server for (``"compact"``: only new text and
     structured fields); None sends nothing and reads whatever the server sends.
+    ``server_rewards``: ask an envsdk server for its shaped-reward rubric and use its parts
+    (step info ``reward_source`` says whose were used); False always computes them here.
     """
 
-    def __init__(self, *, observation_form: str | None = "compact", **kwargs: Any) -> None:
+    def __init__(self, *, observation_form: str | None = "compact", server_rewards: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("system_message", SUDOKU_SYSTEM_MESSAGE)
         kwargs.setdefault("max_turns", 100)
         super().__init__(**kwargs)
         self.observation_form = observation_form
+        self.server_rewards = server_rewards
 
     # ------------------------------------------------------------ overridable
 
@@ -336,18 +361,24 @@ class SudokuScheduler(OpenEnvScheduler):
     async def on_trajectory_start(self, trajectory: Trajectory) -> None:
         episode = await self.open_session(trajectory)
         kwargs = self.reset_arguments(trajectory)
-        asked_compact = False
-        if self.observation_form and "observation_form" not in kwargs and getattr(episode.session, "server_kind", None) == "envsdk":
-            kwargs["observation_form"] = self.observation_form
-            asked_compact = True
-        try:
-            await self.reset_session(trajectory, **kwargs)
-        except ServerError as exc:
-            # An envsdk server whose Sudoku env has no `observation_form` refuses the keyword.
-            if not (asked_compact and exc.code == "VALIDATION_ERROR"):
-                raise
-            kwargs.pop("observation_form")
-            await self.reset_session(trajectory, **kwargs)
+        # Options only an envsdk Sudoku server knows, least needed last (dropped first).
+        asked: list[str] = []
+        if getattr(episode.session, "server_kind", None) == "envsdk":
+            if self.observation_form and "observation_form" not in kwargs:
+                kwargs["observation_form"] = self.observation_form
+                asked.append("observation_form")
+            if self.server_rewards and "rubric" not in kwargs:
+                kwargs["rubric"] = "shaped"
+                asked.append("rubric")
+        while True:
+            try:
+                await self.reset_session(trajectory, **kwargs)
+                break
+            except ServerError as exc:
+                # An envsdk server whose Sudoku env lacks an option refuses the keyword.
+                if not (asked and exc.code == "VALIDATION_ERROR"):
+                    raise
+                kwargs.pop(asked.pop())
         obs = episode.observation
         reading = self._read(obs, 0)
         board = reading.board or game.parse_board(_transcript(obs))
@@ -382,10 +413,15 @@ class SudokuScheduler(OpenEnvScheduler):
         board_before = state.board
         board_after = reading.board or board_before
         verdict = reading.verdict if state.structured else self._text_verdict(reading, board_before, board_after, move, result)
-        components = state.score(move, verdict, board_after, float(result.reward or 0.0), reading.reason)
+        server_parts = self._server_parts(result) if self.server_rewards else None
+        if server_parts is not None:
+            components = state.record(move, verdict, board_after, server_parts, reading.reason)
+        else:
+            components = state.score(move, verdict, board_after, float(result.reward or 0.0), reading.reason)
         state.transcript_len = reading.transcript_len
         info = self.step_info(result)
         info["verdict"] = verdict
+        info["reward_source"] = "server" if server_parts is not None else "scheduler"
         if obs.get("end_reason"):
             info["end_reason"] = obs["end_reason"]
         if reading.reason:
@@ -405,6 +441,16 @@ class SudokuScheduler(OpenEnvScheduler):
         if result.done:
             trajectory.reason = self._end_reason(state, info)
         return self._finish_turn(trajectory, state, done=bool(result.done))
+
+    def _server_parts(self, result: StepResult[Any]) -> dict[str, float] | None:
+        """The server's five components for this step, when it sent all five."""
+        parts = components_from(result.metadata)
+        if parts is None:
+            return None
+        values = {name: parts.get(name) for name in SUDOKU_COMPONENTS}
+        if any(v is None for v in values.values()):
+            return None
+        return {name: float(v) for name, v in values.items() if v is not None}
 
     def _text_verdict(
         self, reading: _Reading, before: Board, after: Board, move: Move, result: StepResult[Any]
@@ -435,6 +481,7 @@ class SudokuScheduler(OpenEnvScheduler):
         trajectory.total_reward = summary["total_reward"]
         infos: dict[str, Any] = {
             **summary,
+            REWARD_PARTS: {name: summary[name] for name in SUDOKU_COMPONENTS},
             "step_rewards": trajectory.step_rewards,
             "reward_components": {
                 "empty_cell": list(state.reward.empty_cell),

@@ -6,21 +6,26 @@ extensions:
 * ``{"type": "session"}`` answers a `SessionInfo`; from then on the session survives its
   socket for ``resume_window_s``. Resume by connecting to
   ``/ws?session_id=<id>&resume_token=<token>``: nothing is sent on success (send
-  ``{"type":"session"}`` again to read ``resumed: true`` and the episode's position); an
+  ``{"type":"session"}`` again to read ``resumed: true``, the episode's position and the new
+  resume token: each token resumes once); an
   unknown id, a wrong token or an expired session gets ``RESUME_FAILED`` then close 4404.
   A resume closes the session's previous socket, if still open, with 4409.
 * ``"id"`` on a request: echoed on the reply; exactly-once replay (see `sessions`).
 
-Frame size: text frames longer than ``max_frame_bytes`` are answered with FRAME_TOO_LARGE
+Frame size: text frames of more than ``max_frame_bytes`` UTF-8 bytes get FRAME_TOO_LARGE
 and the session goes on. Frames beyond the WebSocket layer's own limit (uvicorn's
 ``ws_max_size``; `envsdk.server.serve` sets it to four times ``max_frame_bytes``) are refused
 by that layer with close code 1009. Binary frames are answered with INVALID_JSON.
 
-HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
-OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``.
+A socket that sends no frame within ``first_frame_timeout_s`` is closed (1008).
 
-Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (optional bearer
-token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
+HTTP: ``GET /health``, ``/metadata``, ``/schema``, ``/metrics`` (Prometheus text), and
+OpenEnv's stateless ``POST /reset``, ``POST /step``, ``GET /state``; each stateless call holds
+a slot of ``max_concurrent_envs`` while it runs. Bodies over ``max_body_bytes`` get 413
+(`envsdk.server.limits`).
+
+Access: every route but ``/health`` passes `envsdk.server.auth.AccessControl` (Host allow-list,
+optional bearer token, browser Origin check). Graceful shutdown: ``app.state.envsdk_drain`` (run by
 `envsdk.server.serve` on SIGTERM/SIGINT, before uvicorn closes the sockets) stops taking
 requests, lets those in flight finish for up to ``drain_timeout_s``, sends every connection a
 ``SHUTTING_DOWN`` error frame, closes it with 1001 "server shutting down" and closes every env.
@@ -38,7 +43,7 @@ from typing import Any, Callable
 
 from fastapi import Body, FastAPI, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 import envsdk
 from envsdk.env import Environment
@@ -50,13 +55,13 @@ from envsdk.protocol import (
     FrameError,
     decode_request,
     encode,
-    validation_errors,
 )
 from envsdk.server.auth import AccessControl
+from envsdk.server.limits import BodyLimit
 from envsdk.server.config import ServerConfig
 from envsdk.server.executors import Executors
 from envsdk.server.metrics import Metrics
-from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame, observation_parts
+from envsdk.server.sessions import EnvSpec, Session, SessionTable, error_frame
 from envsdk.types import State
 
 __all__ = ["create_app"]
@@ -110,7 +115,7 @@ def create_app(
         description=doc.splitlines()[0] if doc else f"{name} environment",
         version=str(getattr(env_class, "version", "1.0.0")),
     )
-    executors = Executors(cfg.executor_workers, cfg.process_workers)
+    executors = Executors(cfg.max_abandoned_threads, cfg.process_workers)
     metrics = Metrics()
     table = SessionTable(spec, cfg, executors, metrics)
 
@@ -134,7 +139,9 @@ def create_app(
         AccessControl,
         token=cfg.token.get_secret_value() if cfg.token else None,
         allowed_origins=cfg.allowed_origins,
+        allowed_hosts=cfg.allowed_hosts,
     )
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.web:
         from envsdk.web import mount_web
 
@@ -190,6 +197,9 @@ def create_app(
             "active_sessions": table.active,
             "max_sessions": cfg.max_concurrent_envs,
             "env_name": spec.name,
+            "lane_threads": executors.live_lanes,
+            "abandoned_threads": executors.abandoned_threads,
+            "max_abandoned_threads": cfg.max_abandoned_threads,
         }
 
     @app.get("/metadata")
@@ -215,7 +225,10 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus_metrics() -> str:
-        return metrics.render(active_sessions=table.active, max_sessions=cfg.max_concurrent_envs)
+        return metrics.render(
+            active_sessions=table.active, max_sessions=cfg.max_concurrent_envs,
+            lane_threads=executors.live_lanes, abandoned_threads=executors.abandoned_threads,
+        )
 
     @app.post("/reset")
     async def http_reset(body: dict[str, Any] | None = Body(default=None)) -> Any:
@@ -278,41 +291,61 @@ async def _send_quietly(ws: WebSocket, frame: str) -> None:
 
 async def _serve_connection(ws: WebSocket, session: Session, table: SessionTable, drain: _Drain) -> None:
     """Read requests until the socket goes or the client sends ``close``; one reply each."""
-    max_bytes = table.config.max_frame_bytes
-    errors = table.metrics.errors
-    receive, send = ws.receive, ws.send_text
+    send = ws.send_text
+    message = await _first_message(ws, table.config.first_frame_timeout_s)
+    if message is None:
+        return
     while True:
-        message = await receive()
         if message["type"] == "websocket.disconnect":
             return
         drain.busy += 1  # until the reply is sent, so a drain lets it reach the client
         try:
-            text = message.get("text")
-            if text is None:
-                errors[ErrorCode.INVALID_JSON.value] += 1
-                reply = error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
-            else:
-                try:
-                    request = decode_request(text, max_bytes=max_bytes)
-                except FrameError as exc:
-                    errors[exc.code.value] += 1
-                    reply = error_frame(exc.code, exc.message, **exc.details)
-                else:
-                    if request.type == "close":
-                        table.destroy(session)
-                        await _close_quietly(ws, CloseCode.NORMAL)
-                        return
-                    if drain.draining:
-                        errors[ErrorCode.SHUTTING_DOWN.value] += 1
-                        reply = encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
-                    else:
-                        reply = await session.handle(request)
+            reply = await _answer(message.get("text"), session, table, drain)
+            # The frame and what it parsed to (a 16 MiB frame can make 100 MiB of objects) must
+            # not stay alive while the connection waits for the next one.
+            del message
+            if reply is None:  # the client's `close`
+                table.destroy(session)
+                await _close_quietly(ws, CloseCode.NORMAL)
+                return
             try:
                 await send(reply)
             except Exception:  # any send failure means the peer is gone; the caller detaches
                 return
         finally:
             drain.busy -= 1
+        message = await ws.receive()
+
+
+async def _answer(text: str | None, session: Session, table: SessionTable, drain: _Drain) -> str | None:
+    """The encoded reply to one frame (`text` None: a binary frame), or None for ``close``."""
+    errors = table.metrics.errors
+    if text is None:
+        errors[ErrorCode.INVALID_JSON.value] += 1
+        return error_frame(ErrorCode.INVALID_JSON, _BINARY_FRAME)
+    try:
+        request = decode_request(text, max_bytes=table.config.max_frame_bytes)
+    except FrameError as exc:
+        errors[exc.code.value] += 1
+        return error_frame(exc.code, exc.message, **exc.details)
+    if request.type == "close":
+        return None
+    if drain.draining:
+        errors[ErrorCode.SHUTTING_DOWN.value] += 1
+        return encode(FrameError(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN).to_reply(request.id))
+    return await session.handle(request)
+
+
+async def _first_message(ws: WebSocket, timeout: float | None) -> Any:
+    """The client's first message, or None when none came within `timeout` (the socket is then
+    closed with 1008): an accepted socket holds a slot and an env, it must use them."""
+    if timeout is None:
+        return await ws.receive()
+    try:
+        return await asyncio.wait_for(ws.receive(), timeout)
+    except TimeoutError:
+        await _close_quietly(ws, CloseCode.POLICY_VIOLATION, f"no request within {timeout} s")
+        return None
 
 
 async def _refuse(ws: WebSocket, frame: str, code: int) -> None:
@@ -342,41 +375,24 @@ async def _reap_forever(table: SessionTable) -> None:
 
 
 async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
-    """One call on a throw-away env, with the WebSocket path's checks and deadlines."""
+    """One call on a throw-away env, with the WebSocket path's checks and deadlines; it holds
+    a slot of ``max_concurrent_envs`` while it runs (503 CAPACITY_REACHED when none is free)."""
     try:
-        env = await table.create_env()
+        table.take_slot()
     except FrameError as exc:
         return _http_error(table, exc)
-    abandoned: list[asyncio.Future[Any]] = []
+    table.stateless_calls += 1
     try:
-        if what == "state":
-            try:
-                state = env.state
-                if inspect.isawaitable(state):
-                    state = await state
-            except Exception as exc:
-                raise FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__) from None
-            return state.model_dump() if isinstance(state, BaseModel) else dict(state)
-        if what == "reset":
-            args: tuple[Any, ...] = ()
-            kwargs = table.reset_kwargs(env, data)
-            deadline = table.deadline(env, "reset_timeout_s")
-        else:
-            try:
-                args = (table.spec.action_type.model_validate(data),)
-            except ValidationError as exc:
-                return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
-            kwargs = {}
-            deadline = table.deadline(env, "step_timeout_s")
-        obs = await table.call(env, what, args, kwargs, deadline, abandoned.append)
-        if what == "reset":
-            table.metrics.resets += 1
-        body, reward, done, metadata = observation_parts(obs)
-        return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
-    except FrameError as exc:
-        return _http_error(table, exc)
+        return await _stateless_call(table, what, data)
     finally:
-        table.close_env_soon(env, after=abandoned[0] if abandoned else None)
+        table.stateless_calls -= 1
+
+
+async def _stateless_call(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
+    try:
+        return await table.stateless(what, data)
+    except FrameError as exc:
+        return _http_error(table, exc)
 
 
 def _http_error(table: SessionTable, exc: FrameError) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""Access control of an envsdk server: an optional bearer token and a browser Origin check.
+"""Access control of an envsdk server: the Host allow-list, an optional bearer token and a
+browser Origin check.
 
 `AccessControl` is an ASGI middleware that `create_app` puts in front of every route.
 
@@ -7,6 +8,10 @@ Token (``ServerConfig.token``, default ``$ENVSDK_TOKEN``; off when unset)
     that cannot set headers (browsers' ``WebSocket``), a ``?token=<token>`` query parameter.
     The comparison is constant-time. Prefer the header: a query string shows up in access
     logs (uvicorn logs the path of every WebSocket it accepts).
+
+Host (``ServerConfig.allowed_hosts``)
+    Checked first; see `envsdk.server.hosts` (by default, a connection on a loopback address
+    must name localhost, 127.0.0.1 or ::1: a DNS-rebinding page names its own domain).
 
 Origin (``ServerConfig.allowed_origins``)
     A browser always sends ``Origin``; a page on another site must not drive a server on
@@ -20,7 +25,7 @@ without credentials; it reveals the session counts and the environment's name, n
 
 How a refusal looks
     HTTP: status 401 (token missing or wrong, with ``WWW-Authenticate: Bearer``) or 403
-    (origin), body ``{"detail": {"message", "code": "UNAUTHORIZED", "reason"}}``.
+    (host or origin), body ``{"detail": {"message", "code": "UNAUTHORIZED", "reason"}}``.
     WebSocket: the upgrade is accepted, one ``UNAUTHORIZED`` error frame is sent, and the
     socket is closed with 1008 (policy violation). No session is created. This is what the
     server does for CAPACITY_REACHED too, and it is the clearest error a client can get: an
@@ -38,6 +43,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from envsdk.protocol import CloseCode, ErrorCode, encode, error_reply
+from envsdk.server.hosts import HostPolicy
 
 __all__ = ["OPEN_PATHS", "TOKEN_ENV", "AccessControl", "Refusal"]
 
@@ -56,7 +62,7 @@ _ASGIApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 @dataclass(frozen=True)
 class Refusal:
     """Why a request is refused: HTTP ``status`` (401/403), a machine-readable ``reason``
-    (``missing_token``, ``invalid_token``, ``origin_not_allowed``) and a ``message`` for people."""
+    (``host_not_allowed``, ``missing_token``, ``invalid_token``, ``origin_not_allowed``) and a ``message`` for people."""
 
     status: int
     reason: str
@@ -67,11 +73,15 @@ class AccessControl:
     """ASGI middleware enforcing the token and Origin rules of the module docstring.
 
     ``token`` None turns authentication off; ``allowed_origins`` lists the browser origins
-    let in besides the server's own (``"*"``: any).
+    let in besides the server's own (``"*"``: any); ``allowed_hosts`` is `HostPolicy`'s.
     """
 
-    def __init__(self, app: _ASGIApp, *, token: str | None, allowed_origins: Sequence[str] = ()) -> None:
+    def __init__(
+        self, app: _ASGIApp, *, token: str | None, allowed_origins: Sequence[str] = (),
+        allowed_hosts: Sequence[str] | None = None,
+    ) -> None:
         self.app = app
+        self._hosts = HostPolicy(allowed_hosts)
         self._token = token.encode() if token else None
         self._any_origin = "*" in allowed_origins
         self._origins = frozenset(_normalise_origin(o) for o in allowed_origins if o != "*")
@@ -90,6 +100,14 @@ class AccessControl:
     def check(self, scope: _Scope) -> Refusal | None:
         """The refusal for this connection scope, or None when it may pass."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        server = scope.get("server")
+        if not self._hosts.allows(headers.get("host"), server[0] if server else None):
+            return Refusal(
+                403,
+                "host_not_allowed",
+                f"Host {headers.get('host')!r} is not served here (allowed: {self._hosts.describe()}); "
+                "add it to ServerConfig.allowed_hosts (envsdk serve --allowed-hosts)",
+            )
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin, headers.get("host"), scope):
             return Refusal(

@@ -7,9 +7,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES"]
+__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S"]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+DEFAULT_DEADLINES_S: dict[str, float] = {
+    "factory": 60.0,
+    "reset": 60.0,
+    "step": 60.0,
+    "state": 10.0,
+    "close": 5.0,
+}
+"""Deadline of each env call when neither the config nor the env class sets one. 60 s for
+building, resetting and stepping is OpenEnv's client message timeout (a reply later than that
+reaches nobody); `state` is a read and `close` a release, so theirs are short."""
 
 
 def _default_max_concurrent_envs() -> int:
@@ -39,8 +50,22 @@ def _default_token() -> SecretStr | None:
     return SecretStr(raw) if raw else None
 
 
-def _default_executor_workers() -> int:
-    return min(32, (os.cpu_count() or 1) + 4)
+def _env_number(name: str, default: float | None, kind: type[float] | type[int] = float) -> float | None:
+    """The number in environment variable `name`, else `default`; "none" or "off" means None."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("none", "off"):
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number (or 'none'), got {raw!r}") from None
+
+
+def _default_allowed_hosts() -> tuple[str, ...] | None:
+    raw = os.environ.get("ENVSDK_ALLOWED_HOSTS", "").strip()
+    return tuple(h.strip() for h in raw.split(",") if h.strip()) if raw else None
 
 
 class ServerConfig(BaseModel):
@@ -62,35 +87,57 @@ class ServerConfig(BaseModel):
     step_timeout_s: float | None = Field(
         default=None,
         gt=0,
-        description="Deadline of one step; None = the environment class's `step_timeout_s`.",
+        description="Deadline of one step; None = the environment class's `step_timeout_s`, "
+        "else 60 s. Every env call has a deadline (see `DEFAULT_DEADLINES_S`).",
     )
     reset_timeout_s: float | None = Field(
         default=None,
         gt=0,
-        description="Deadline of one reset; None = the environment class's `reset_timeout_s`.",
+        description="Deadline of one reset; None = the environment class's `reset_timeout_s`, else 60 s.",
+    )
+    factory_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of building one env instance (the factory call); None = the "
+        "factory's `factory_timeout_s` attribute, else 60 s.",
+    )
+    state_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one read of `env.state`; None = the environment class's "
+        "`state_timeout_s`, else 10 s.",
+    )
+    close_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one `env.close()`; None = the environment class's "
+        "`close_timeout_s`, else 5 s. Shutdown waits this long at most for env closes.",
+    )
+    max_abandoned_threads: int = Field(
+        default=64,
+        ge=1,
+        description="Most lane threads written off by a deadline that may still be running their "
+        "call; past it, a call that needs a new lane (a new session, or a reset after a "
+        "TIMEOUT) gets CAPACITY_REACHED until one returns.",
     )
     max_frame_bytes: int = Field(
         default=DEFAULT_MAX_FRAME_BYTES,
         ge=64,
         description="Largest request frame answered normally; larger ones get FRAME_TOO_LARGE.",
     )
-    executor_workers: int = Field(
-        default_factory=_default_executor_workers,
-        ge=1,
-        description="Threads of the one shared pool that runs synchronous env methods.",
-    )
     process_workers: int = Field(
         default=0,
         ge=0,
         description="Processes of the pool behind `run_in_process`; 0 = no process pool "
-        "(run_in_process then uses the thread pool).",
+        "(run_in_process then uses a one-off thread).",
     )
     inline_sync: bool | None = Field(
         default=None,
-        description="Run synchronous env methods (factory, reset, step, close) directly on the "
-        "event loop instead of the thread pool, saving a thread hop (tens of µs) per call. Only "
-        "for envs whose calls return in microseconds: while one runs, every session waits. A "
-        "call under a deadline still runs in the thread pool, where the deadline can be kept. "
+        description="Run synchronous env methods (factory, reset, step, state, close) directly on "
+        "the event loop instead of the session's lane thread, saving a thread hop per call. Only "
+        "for envs whose calls return in microseconds: while one runs, every session waits, and "
+        "the built-in default deadlines do not apply. A call whose deadline is set explicitly "
+        "(config or env class) still runs on the lane, where the deadline can be kept. "
         "None: the env class's `INLINE_SYNC` attribute (default False).",
     )
     idle_timeout_s: float | None = Field(
@@ -112,6 +159,13 @@ class ServerConfig(BaseModel):
         ge=1,
         description="How many answered request ids each session remembers for replay.",
     )
+    replay_window_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=0,
+        description="How many bytes of encoded replies each session remembers for replay; the "
+        "oldest are forgotten first. The latest reply is always kept, whatever its size, so "
+        "that a retry of the request in flight is never applied twice.",
+    )
     capacity_retry_after_s: float = Field(
         default=1.0, ge=0, description="`retry_after_s` hint sent with CAPACITY_REACHED."
     )
@@ -131,10 +185,53 @@ class ServerConfig(BaseModel):
         default=20.0,
         ge=0,
         description="Graceful shutdown (SIGTERM under `envsdk.server.serve`): how long requests "
-        "in flight may take to finish before every session is closed.",
+        "in flight may take to finish before every session is closed. The process then waits at "
+        "most the close deadline for envs to close, so it exits within drain_timeout_s + "
+        "close_timeout_s whatever env code is doing.",
     )
     web: bool = Field(
         default_factory=_default_web,
         description="Serve the web page at /web (see `envsdk.web`). Default: on, unless the "
         "ENVSDK_WEB environment variable is 0/false/no/off.",
+    )
+    # Hardening for untrusted networks: what one client may cost (see README, "Security").
+    allowed_hosts: tuple[str, ...] | None = Field(
+        default_factory=_default_allowed_hosts,
+        description="Host header values served (names, optionally with '*.' wildcard prefix; "
+        "'*' = any). None (default): a connection that arrives on a loopback address must name "
+        "localhost, 127.0.0.1 or ::1 (DNS rebinding), any other is served. Default: the "
+        "comma-separated ENVSDK_ALLOWED_HOSTS environment variable, else None.",
+    )
+    max_body_bytes: int = Field(
+        default_factory=lambda: int(_env_number("ENVSDK_MAX_BODY_BYTES", 1024 * 1024, int) or 0),
+        ge=64,
+        description="Largest HTTP request body (POST /reset, /step …); larger ones get 413 "
+        "before they are read. Default: ENVSDK_MAX_BODY_BYTES, else 1 MiB.",
+    )
+    handshake_timeout_s: float = Field(
+        default_factory=lambda: float(_env_number("ENVSDK_HANDSHAKE_TIMEOUT_S", 10.0) or 0),
+        gt=0,
+        description="A connection whose HTTP request head (a WebSocket upgrade included) is not "
+        "complete this long after it opened is closed (slowloris). Applied by "
+        "`envsdk.server.serve`. Default: ENVSDK_HANDSHAKE_TIMEOUT_S, else 10.",
+    )
+    first_frame_timeout_s: float | None = Field(
+        default_factory=lambda: _env_number("ENVSDK_FIRST_FRAME_TIMEOUT_S", 10.0),
+        gt=0,
+        description="A WebSocket that sends no frame this long after it is accepted is closed "
+        "(1008) and its slot freed. None: wait forever. Default: ENVSDK_FIRST_FRAME_TIMEOUT_S, "
+        "else 10.",
+    )
+    ws_ping_interval_s: float | None = Field(
+        default_factory=lambda: _env_number("ENVSDK_WS_PING_INTERVAL_S", 20.0),
+        gt=0,
+        description="Keepalive ping period of every WebSocket (uvicorn's ws_ping_interval). "
+        "Default: ENVSDK_WS_PING_INTERVAL_S, else 20.",
+    )
+    ws_ping_timeout_s: float = Field(
+        default_factory=lambda: float(_env_number("ENVSDK_WS_PING_TIMEOUT_S", 20.0) or 0),
+        gt=0,
+        description="A peer that leaves a keepalive ping unanswered, or reads nothing while "
+        "replies for it pile up past 64 KiB, for this long is disconnected at once (its send "
+        "buffer dropped) and its slot freed. Default: ENVSDK_WS_PING_TIMEOUT_S, else 20.",
     )

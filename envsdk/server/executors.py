@@ -1,28 +1,66 @@
-"""Where environment code runs: the event loop, one shared thread pool, an optional process pool.
+"""Where environment code runs: the event loop, one lane thread per session, an optional
+process pool.
 
 * Coroutine functions run as tasks on the server's event loop; they must not block it.
-* Plain functions run in ONE bounded `ThreadPoolExecutor` shared by every session (no thread
-  per session): a slow sync env occupies one worker, not the loop.
+* Plain functions of a session run on that session's **lane**: one daemon thread that runs
+  the session's calls one after another, in order, for the session's whole life (factory,
+  reset, step, state, close). An env that holds thread-bound resources (an sqlite connection,
+  a browser, a CUDA context, a greenlet) always meets them on the thread that made them, as
+  OpenEnv's users expect. An env class with ``REQUIRES_SINGLE_THREAD_EXECUTOR = True``
+  (OpenEnv's attribute, e.g. for Playwright) gets one lane shared by all its sessions.
 * CPU-heavy work an environment wants off the GIL goes to the optional process pool through
   `await run_in_process(fn, *args)` (``fn`` and its arguments must be picklable).
+
+Why one lane per session, and why this hand-off
+-----------------------------------------------
+A thread cannot be cancelled. When a call passes its deadline its thread is *written off*:
+it finishes the call (whenever that is), then closes the env it was running and exits; the
+session gets a fresh lane on its next call. With one lane per session a written-off thread
+takes nothing with it but its own session's episode, so hung calls never starve anyone else.
+Lanes shared between sessions were considered: a hung call would then strand every other
+session of its lane, or move their envs (and their thread-bound resources) to another thread.
+Threads cost little while they wait (a few KiB of resident stack), a lane is started with its
+session's first sync call and ends with the session, and the threads written off but still
+running are counted and capped (``max_abandoned_threads``; /health and /metrics report them):
+past the cap a call that needs a new lane is refused with CAPACITY_REACHED.
+
+The hand-off is the whole cost of the default path for a fast env, so it is kept small: the
+loop puts ``(future, fn, args)`` on the lane's `queue.SimpleQueue` (one C call that wakes the
+thread); the thread runs the call and appends the outcome to one deque shared by all lanes;
+only the first outcome of a batch asks the loop to wake (`call_soon_threadsafe`, a write on
+the loop's self-pipe), and that one wake-up delivers every outcome queued meanwhile. Measured
+against `concurrent.futures.ThreadPoolExecutor` + `asyncio.wrap_future` (one self-pipe write
+and two callbacks per call, and a session's calls hop between threads): see bench/RESULTS.md.
+
+Lane threads are daemons and nothing joins them, so a process told to exit exits even while
+an env call never returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
-import functools
 import inspect
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import itertools
+import logging
+import queue
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TypeVar
 
-__all__ = ["Executors", "run_in_process"]
+__all__ = ["Executors", "Lane", "EnvAborted", "run_in_process", "is_async_callable"]
+
+logger = logging.getLogger("envsdk.server")
 
 T = TypeVar("T")
 
 _CURRENT: contextvars.ContextVar[Executors | None] = contextvars.ContextVar(
     "envsdk_server_executors", default=None
 )
+
+_Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
+_Work = tuple["asyncio.Future[Any] | None", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -32,39 +70,204 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     )
 
 
-class Executors:
-    """The server's shared pools. Created with the app; `shutdown` on server exit."""
+class EnvAborted(Exception):
+    """An env call raised a `BaseException` that is not an `Exception` (``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``): carried back as an ordinary error, so the
+    session gets an error frame and the server goes on."""
 
-    def __init__(self, thread_workers: int, process_workers: int = 0) -> None:
-        self.threads = ThreadPoolExecutor(
-            max_workers=thread_workers, thread_name_prefix="envsdk-env"
-        )
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__)
+        self.cause = cause
+
+
+class Lane:
+    """One daemon thread running submitted calls in order. Created by `Executors.lane`."""
+
+    def __init__(self, executors: Executors, name: str) -> None:
+        self._executors = executors
+        self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self.abandoned = False
+        self.retired = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> asyncio.Future[Any]:
+        """Queue ``fn(*args, **kwargs)`` behind this lane's earlier calls; a future (of the
+        running loop) of its result. A `BaseException` that is not an `Exception` arrives as
+        `EnvAborted`. Cancelling the future does not stop a call that has started."""
+        future: asyncio.Future[Any] = self._executors.loop().create_future()
+        self._queue.put((future, fn, args, kwargs or {}))
+        return future
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` with no one waiting for it (errors are logged)."""
+        self._queue.put((None, fn, args, {}))
+
+    def stop(self) -> None:
+        """Let the thread exit once every call queued so far has run."""
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        get, finished = self._queue.get, self._executors._finished
+        while True:
+            work = get()
+            if work is None:
+                return
+            future, fn, args, kwargs = work
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                error = exc
+            except BaseException as exc:  # SystemExit & co. from env code: a reply, not a dead lane
+                error = EnvAborted(exc)
+            if future is not None:
+                finished(future, result, error)
+            elif error is not None:
+                logger.warning("%s raised %r on a lane", getattr(fn, "__qualname__", fn), error)
+            del work, future, fn, args, kwargs, result, error  # hold nothing while waiting
+
+
+class Executors:
+    """The lanes and pools of one app. Created with the app; `shutdown` on server exit.
+
+    Every method but `_finished` runs on the event loop.
+    """
+
+    def __init__(self, max_abandoned_threads: int, process_workers: int = 0) -> None:
+        self.max_abandoned_threads = max_abandoned_threads
         self._process_workers = process_workers
         self._processes: ProcessPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: collections.deque[_Outcome] = collections.deque()
+        self._wake_pending = False
+        self._names = itertools.count(1)
+        self._lanes: set[Lane] = set()
+        self._abandoned: set[Lane] = set()
+        self._retiring: set[Lane] = set()
+        self._shared: dict[type, Lane] = {}
 
-    def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        """Start ``fn(*args, **kwargs)`` and return a future of its result, without waiting.
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, remembered as the one finished calls wake (an app served again
+        on a new loop, e.g. in-process in another `asyncio.run`, moves with it)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._wake_pending = False
+        return loop
 
-        A coroutine function becomes a task on the running loop (cancellable); anything else
-        is submitted to the thread pool (a running thread cannot be cancelled: it finishes and
-        its result is dropped). A sync function that returns an awaitable yields that
-        awaitable as its result; the caller awaits it on the loop.
+    # ------------------------------------------------------------ lanes
+
+    @property
+    def live_lanes(self) -> int:
+        """Lane threads serving sessions now."""
+        return len(self._lanes)
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Lane threads written off by a deadline whose call has not returned yet."""
+        self._abandoned = {lane for lane in self._abandoned if lane.thread.is_alive()}
+        return len(self._abandoned)
+
+    def lane(self, env_class: type | None = None) -> Lane:
+        """A lane for a new session: its own, or, for an env class with
+        ``REQUIRES_SINGLE_THREAD_EXECUTOR``, the one lane all its sessions share.
+
+        Raises `LaneLimit` when ``max_abandoned_threads`` written-off threads are still running.
         """
-        if is_async_callable(fn):
-            future: asyncio.Future[Any] = asyncio.ensure_future(fn(*args, **kwargs))
-            return future
-        if kwargs:
-            return asyncio.wrap_future(self.threads.submit(functools.partial(fn, *args, **kwargs)))
-        return asyncio.wrap_future(self.threads.submit(fn, *args))
+        shared = env_class is not None and bool(getattr(env_class, "REQUIRES_SINGLE_THREAD_EXECUTOR", False))
+        if shared and env_class in self._shared:
+            return self._shared[env_class]
+        abandoned = self.abandoned_threads
+        if abandoned >= self.max_abandoned_threads:
+            raise LaneLimit(abandoned, self.max_abandoned_threads)
+        self.loop()
+        lane = Lane(self, f"envsdk-env-lane-{next(self._names)}")
+        self._lanes.add(lane)
+        if shared:
+            assert env_class is not None
+            self._shared[env_class] = lane
+        return lane
+
+    def is_shared(self, lane: Lane) -> bool:
+        return lane in self._shared.values()
+
+    def retire(self, lane: Lane) -> None:
+        """A session is done with `lane`: its thread exits after the calls queued so far (a
+        shared lane stays for the other sessions)."""
+        if self.is_shared(lane) or lane.retired:
+            return
+        lane.retired = True
+        self._lanes.discard(lane)
+        if len(self._retiring) > 64 + len(self._lanes):  # forget the threads that exited
+            self._retiring = {old for old in self._retiring if old.thread.is_alive()}
+        self._retiring.add(lane)
+        lane.stop()
+
+    def abandon(self, lane: Lane) -> None:
+        """Write `lane` off (a call on it passed its deadline): no new work goes to it; its
+        thread runs what is queued (the caller queues the env's close) and exits."""
+        if lane.abandoned:
+            return
+        lane.abandoned = True
+        lane.retired = True
+        self._lanes.discard(lane)
+        for cls, shared in list(self._shared.items()):
+            if shared is lane:
+                del self._shared[cls]
+        self._abandoned.add(lane)
+        lane.stop()
+
+    async def wait_threads(self, timeout_s: float) -> None:
+        """Wait (polling, up to `timeout_s`) until every retired or written-off lane thread has
+        run what was queued on it (an env's close, after the call it was running) and exited."""
+        give_up_at = self.loop().time() + timeout_s
+        while True:
+            self._retiring = {lane for lane in self._retiring if lane.thread.is_alive()}
+            if not self._retiring and not self.abandoned_threads:
+                return
+            if self.loop().time() >= give_up_at:
+                return
+            await asyncio.sleep(0.05)
+
+    def _finished(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        # On a lane thread. Only the first outcome of a batch wakes the loop.
+        self._done.append((future, result, error))
+        loop = self._loop  # set before any lane exists
+        if loop is not None and not self._wake_pending:
+            self._wake_pending = True
+            try:
+                loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: the server is gone and nobody waits
+                pass
+
+    def _deliver(self) -> None:
+        # Cleared first: an outcome appended from now on schedules its own wake-up.
+        self._wake_pending = False
+        done = self._done
+        while done:
+            future, result, error = done.popleft()
+            if future.done():  # its deadline passed, or the caller gave up
+                continue
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+    # ------------------------------------------------------------ process pool
 
     async def run_in_process(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the process pool (the thread pool when there is none)."""
-        loop = asyncio.get_running_loop()
+        """Run ``fn(*args)`` in the process pool (a one-off daemon thread when there is none)."""
         if self._process_workers <= 0:
-            return await loop.run_in_executor(self.threads, fn, *args)
+            lane = Lane(self, f"envsdk-run-{next(self._names)}")
+            try:
+                return await lane.submit(fn, args)  # type: ignore[no-any-return]
+            finally:
+                lane.stop()
         if self._processes is None:
             self._processes = ProcessPoolExecutor(max_workers=self._process_workers)
-        return await loop.run_in_executor(self._processes, fn, *args)
+        return await self.loop().run_in_executor(self._processes, fn, *args)
 
     def bind(self) -> contextvars.Token[Executors | None]:
         """Make these the executors `run_in_process` uses in the current context (and in every
@@ -72,11 +275,25 @@ class Executors:
         return _CURRENT.set(self)
 
     def shutdown(self) -> None:
-        """Stop accepting work; running threads finish on their own, queued work is dropped."""
-        self.threads.shutdown(wait=False, cancel_futures=True)
+        """Let every idle lane thread exit; never waits for a running call (lanes are
+        daemons, so a call that never returns does not hold up the process's exit)."""
+        for lane in list(self._lanes):
+            lane.retired = True
+            lane.stop()
+        self._lanes.clear()
+        self._shared.clear()
         if self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)
             self._processes = None
+
+
+class LaneLimit(Exception):
+    """No new lane: `abandoned` written-off threads are still running (cap `limit`)."""
+
+    def __init__(self, abandoned: int, limit: int) -> None:
+        super().__init__(f"{abandoned} env calls are still running past their deadlines (limit {limit})")
+        self.abandoned = abandoned
+        self.limit = limit
 
 
 async def run_in_process(fn: Callable[..., T], *args: Any) -> T:
@@ -84,7 +301,7 @@ async def run_in_process(fn: Callable[..., T], *args: Any) -> T:
 
     For CPU-heavy work inside an ``async def`` environment method (e.g. generating a hard
     Sudoku board). ``fn`` and ``args`` must be picklable (a module-level function). With
-    ``ServerConfig.process_workers == 0`` the call runs in the shared thread pool instead;
+    ``ServerConfig.process_workers == 0`` the call runs in a one-off daemon thread instead;
     outside a server (no app bound) it runs in a fresh default executor thread.
     """
     executors = _CURRENT.get()

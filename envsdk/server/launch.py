@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,14 @@ import uvicorn
 
 from envsdk.server.config import ServerConfig
 
-__all__ = ["serve", "DrainingServer", "request_reply_ws_protocol"]
+__all__ = [
+    "serve",
+    "DrainingServer",
+    "request_reply_ws_protocol",
+    "handshake_timeout_http_protocol",
+    "raise_open_files_limit",
+    "redact_secrets_in_logs",
+]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -38,11 +46,14 @@ def serve(
 
     `host` defaults to ``$HOST``, else ``127.0.0.1`` (never all interfaces by default); `port`
     to ``$PORT``, else 8000. For an app built by `create_app`, uvicorn's ``ws_max_size`` is
-    set to 4 × ``max_frame_bytes``, ``ws_per_message_deflate`` to False and ``ws`` to
-    `request_reply_ws_protocol` unless given, and the first SIGTERM or SIGINT drains it
+    set to 4 × ``max_frame_bytes``, ``ws_per_message_deflate`` to False, ``ws_ping_interval``
+    and ``ws_ping_timeout`` to the config's, ``ws`` to `request_reply_ws_protocol` and
+    ``http`` to `handshake_timeout_http_protocol` unless given, the soft limit of open files is
+    raised to the hard one (`raise_open_files_limit`), and the first SIGTERM or SIGINT drains it
     (see `envsdk.server.app`: requests in flight finish within ``drain_timeout_s``, clients
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
-    SIGINT stops waiting. Other keyword arguments go to `uvicorn.Config`.
+    SIGINT stops waiting. Other keyword arguments go to `uvicorn.Config`. Secrets in query
+    strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
@@ -52,16 +63,20 @@ def serve(
         # permessage-deflate is declined unless asked for: negotiated, it costs ~43 KiB per
         # connection and microseconds per frame on each side (bench/RESULTS.md, "Scale").
         uvicorn_kwargs.setdefault("ws_per_message_deflate", False)
+        uvicorn_kwargs.setdefault("ws_ping_interval", config.ws_ping_interval_s)
+        uvicorn_kwargs.setdefault("ws_ping_timeout", config.ws_ping_timeout_s)
         protocol = request_reply_ws_protocol()
         if protocol is not None:
             uvicorn_kwargs.setdefault("ws", protocol)
+        uvicorn_kwargs.setdefault("http", handshake_timeout_http_protocol(config.handshake_timeout_s))
+        raise_open_files_limit()
     drain = getattr(getattr(app_or_target, "state", None), "envsdk_drain", None)
+    uv_config = uvicorn.Config(app_or_target, host=host, port=port, log_level=log_level, **uvicorn_kwargs)
+    redact_secrets_in_logs()  # after uvicorn.Config, which (re)configures its loggers
     if drain is None:
-        uvicorn.run(app_or_target, host=host, port=port, log_level=log_level, **uvicorn_kwargs)
+        uvicorn.Server(uv_config).run()
         return
-    server = DrainingServer(
-        uvicorn.Config(app_or_target, host=host, port=port, log_level=log_level, **uvicorn_kwargs), drain
-    )
+    server = DrainingServer(uv_config, drain)
     server.run()
     if not server.started:
         sys.exit(3)  # uvicorn.run's exit status when startup fails
@@ -97,6 +112,7 @@ class DrainingServer(uvicorn.Server):
 # client that floods a connection can take.
 _READ_PAUSE_MESSAGES = 8
 _READ_PAUSE_BYTES = 64 * 1024
+_READ_BYTES = 16 * 1024
 
 
 @functools.cache
@@ -121,6 +137,74 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
         return None
 
     class RequestReplyWebSocketProtocol(WebSocketsSansIOProtocol):
+        # Set when the transport's write buffer passed its high-water mark: reads stop until
+        # it drains (a peer that sends pings and never reads cannot grow the buffer of pongs),
+        # and a peer that has not drained it within ws_ping_timeout is dropped.
+        _writes_blocked = False
+        _stall_timer: asyncio.TimerHandle | None = None
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._writes_blocked = True
+            self.transport.pause_reading()
+            if self._stall_timer is None:
+                self._stall_timer = self.loop.call_later(self.ping_timeout or 20.0, self._drop_stalled_peer)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._writes_blocked = False
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+            if not self.read_paused and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+        def _drop_stalled_peer(self) -> None:
+            self._stall_timer = None
+            self.logger.info("%s - WebSocket peer read nothing for %s s: dropped", self.client, self.ping_timeout)
+            self.transport.abort()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            # asyncio reads up to 256 KiB at a time, and all of it is handled before the loop
+            # does anything else: 256 KiB of pings is 43,000 frames, seconds of work and
+            # megabytes of frame objects. Smaller reads keep the loop's timers (keepalive) and
+            # other clients served during a flood.
+            if hasattr(transport, "max_size"):
+                setattr(transport, "max_size", _READ_BYTES)  # noqa: B010 (not in the type)
+
+        def handle_ping(self) -> None:
+            pass  # the pong goes out with the rest of this read's output, in `data_received`
+
+        def data_received(self, data: bytes) -> None:
+            # One write per read, not one per ping: a read can hold tens of thousands of pings,
+            # and a write each kept the loop (keepalive timers, other clients) waiting.
+            super().data_received(data)
+            output = self.conn.data_to_send()
+            if output and not self.transport.is_closing():
+                self.transport.write(b"".join(output))
+
+        def keepalive_timeout(self) -> None:
+            super().keepalive_timeout()
+            # The close frame cannot reach a peer that does not read: closing would wait for
+            # the send buffer forever, keeping the memory, the socket and the session's slot.
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+            super().connection_lost(exc)
+
+        async def receive(self) -> Any:
+            message = await self.queue.get()
+            if self.read_paused and self.queue.empty():
+                self.read_paused = False
+                if not self._writes_blocked:
+                    self.transport.resume_reading()
+            return message
+
         def send_receive_event_to_app(self) -> None:
             if (
                 self.read_paused
@@ -137,3 +221,97 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
                 self.read_paused = False
 
     return RequestReplyWebSocketProtocol
+
+
+@functools.cache
+def handshake_timeout_http_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 HTTP protocol, closing a connection whose request head (a WebSocket
+    upgrade's included) is not complete `timeout_s` after the connection opened or its previous
+    response was sent.
+
+    uvicorn itself waits forever for a head that never ends (slowloris): enough such sockets use
+    up the process's file descriptors and lock every client out.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HandshakeTimeoutH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _arm_head_timer(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(timeout_s, self._head_timeout)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:  # a request head arrived (or the peer left)
+                self._cancel_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            super().connection_lost(exc)
+
+    return HandshakeTimeoutH11Protocol
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's soft limit of open files to its hard limit (where the platform has
+    one): the soft default of 1,024 is one socket per client, and a server out of descriptors
+    refuses every client until some close."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:  # e.g. a sandbox that forbids it
+        logger.warning("could not raise the open files limit from %d to %d: %s", soft, target, exc)
+
+
+_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&\s\"']*")
+
+
+class _RedactSecrets(logging.Filter):
+    """Masks ``token=…`` and ``resume_token=…`` in a record's string arguments."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, str) and "token=" in a for a in args):
+            record.args = tuple(
+                _SECRET_QUERY.sub(r"\1=***", a) if isinstance(a, str) else a for a in args
+            )
+        elif isinstance(record.msg, str) and "token=" in record.msg:
+            record.msg = _SECRET_QUERY.sub(r"\1=***", record.msg)
+        return True
+
+
+def redact_secrets_in_logs() -> None:
+    """Mask resume tokens and bearer tokens in uvicorn's access and error logs (which print
+    every request's path with its query string). Idempotent."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _RedactSecrets) for f in log.filters):
+            log.addFilter(_RedactSecrets())

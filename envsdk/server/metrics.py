@@ -32,8 +32,14 @@ class Metrics:
         self._step_sum_s += seconds
         self._step_buckets[bisect.bisect_left(STEP_LATENCY_BUCKETS_S, seconds)] += 1
 
-    def render(self, *, active_sessions: int, max_sessions: int) -> str:
+    def render(self, *, active_sessions: int, max_sessions: int, lane_threads: int, abandoned_threads: int) -> str:
         lines = [
+            "# HELP envsdk_lane_threads Lane threads serving sessions' synchronous env calls.",
+            "# TYPE envsdk_lane_threads gauge",
+            f"envsdk_lane_threads {lane_threads}",
+            "# HELP envsdk_abandoned_threads Lane threads written off by a deadline, still in env code.",
+            "# TYPE envsdk_abandoned_threads gauge",
+            f"envsdk_abandoned_threads {abandoned_threads}",
             "# HELP envsdk_active_sessions Sessions holding an environment instance.",
             "# TYPE envsdk_active_sessions gauge",
             f"envsdk_active_sessions {active_sessions}",

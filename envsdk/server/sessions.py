@@ -4,63 +4,91 @@ resume and exactly-once request ids.
 Lifecycle of a session
 ----------------------
 * Created when a socket is accepted (OpenEnv semantics), holding one slot of
-  ``max_concurrent_envs`` until it is destroyed.
-* Destroyed (env closed in the background, slot freed at once) on a ``close`` request, on
-  disconnect, on server shutdown, or, for a session that did the ``session`` handshake, when
-  its socket has been gone for ``resume_window_s``.
+  ``max_concurrent_envs`` until it is destroyed. A socket that sends no frame within
+  ``first_frame_timeout_s`` is closed. A stateless HTTP call holds a slot while it runs.
+* When every slot is taken, a new connection takes the slot of the session that has awaited
+  its resume longest (no socket, no call running), rather than being refused.
+* Destroyed (slot freed at once; the env closed on its lane once the running call, if any,
+  has returned) on a ``close`` request, on disconnect, on server shutdown, or, for a session
+  that did the ``session`` handshake, when its socket has been gone for ``resume_window_s``.
 * Episode phases: ``FRESH`` (no reset yet: ``step`` → NOT_RESET), ``RUNNING``, ``DONE``
   (``step`` → EPISODE_DONE until the next reset), ``TIMED_OUT``.
 
+Every env call, one way
+-----------------------
+Each call into env code (factory, reset, step, state, close, and any other call, e.g. an MCP
+tool: through `Session.run_call` from outside a request, `Session.call_env` inside one) is
+serialised with the session's other calls, runs on the session's lane
+thread when it is a plain function (on the loop when it is a coroutine function, or when the
+env opted into ``INLINE_SYNC``; see `envsdk.server.executors`) and has a deadline: the config's
+``<kind>_timeout_s``, else the env class's attribute of that name, else `DEFAULT_DEADLINES_S`.
+A `BaseException` raised by env code (``SystemExit`` included) is an EXECUTION_ERROR reply.
+
 After a deadline passes
 -----------------------
-The reply is ``TIMEOUT`` and the episode is over: the env instance is discarded (a coroutine
-is cancelled; a thread cannot be, so the instance is closed in the background once its call
-returns), the next ``step``/``state`` gets NOT_RESET, and the next ``reset`` builds a fresh
-instance from the factory. The session keeps its slot.
+The reply is ``TIMEOUT`` and the episode is over. A coroutine is cancelled; a thread cannot
+be, so its lane is written off: the thread finishes the call, then closes the env (on that
+same thread, after the call returned), then exits. The next ``step``/``state`` gets
+NOT_RESET, and the next ``reset`` builds a fresh instance on a fresh lane. The session keeps
+its slot. Written-off threads still running are capped (``max_abandoned_threads``).
 
-Request ids
------------
-Each env call of a request with an ``id`` runs as a task owned by the session, not by the
-connection, so a dropped socket does not cancel it. Its encoded reply is remembered for the
-last ``replay_window`` ids: a repeated id is answered from that record (or waits for the still
-running call) and is never applied twice.
+Request ids: encode, record, send
+---------------------------------
+A request with an ``id`` runs as a task owned by the session, not by the connection, so a
+dropped socket does not cancel it. Its reply is encoded first (a reply that cannot be encoded
+becomes an EXECUTION_ERROR frame), then recorded, then sent: a repeat of the id is answered
+from the record (or waits for the running call) and is never applied twice. The id is bound
+to a hash of its request, so the same id with a different request gets ID_REUSED. The record
+keeps the last ``replay_window`` replies and at most ``replay_window_bytes`` of them, the
+latest reply always.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import inspect
 import logging
 import secrets
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from envsdk.env import Environment
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
     SessionInfo,
+    dumps,
     encode,
     encode_observation,
     error_reply,
     session_reply,
     state_reply,
-    validation_errors,
+    MAX_REPORTED_ERRORS,
+    extra_key_error,
+    shorten_input,
+    validate_model,
 )
-from envsdk.server.config import ServerConfig
-from envsdk.server.executors import Executors, is_async_callable
+from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig
+from envsdk.server.executors import (
+    EnvAborted,
+    Executors,
+    Lane,
+    LaneLimit,
+    is_async_callable,
+)
 from envsdk.server.metrics import Metrics
 
-__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts"]
+__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts", "request_digest"]
 
 logger = logging.getLogger("envsdk.server")
-
-_ENV_CLOSE_TIMEOUT_S = 30.0
 
 
 class Connection(Protocol):
@@ -98,10 +126,82 @@ def observation_parts(obs: Any) -> tuple[dict[str, Any], Any, bool, dict[str, An
     return body, reward, done, metadata if isinstance(metadata, dict) else None
 
 
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    # Marks an abandoned call's exception as seen, so asyncio does not log it at GC time.
-    if not fut.cancelled():
-        fut.exception()
+@dataclass(frozen=True)
+class _Plan:
+    """How calls of one kind on one env class run: on the loop as a coroutine, inline, or on
+    the lane; and their deadline."""
+
+    is_async: bool
+    inline: bool
+    deadline_s: float
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(_DeadlinePassed())
+
+
+def _get_state(env: Any) -> Any:
+    return env.state
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _guarded(awaitable: Awaitable[Any]) -> Any:
+    """Await env code; a SystemExit/KeyboardInterrupt it raises must not escape the task (it
+    would stop the event loop), so it becomes `EnvAborted`."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+        raise EnvAborted(exc) from None
+
+
+class _BuildTicket:
+    """A factory call on a lane. If its deadline passes, whichever side comes second (the
+    factory returning, or the loop writing the lane off) closes the env it built."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.env: Any = None
+        self.timed_out = False
+
+    def build(self, factory: Callable[[], Any]) -> Any:
+        env = factory()
+        with self.lock:
+            if not self.timed_out:
+                self.env = env
+                return env
+        _close_sync(env)
+        return None
+
+    def give_up(self) -> Any:
+        """Mark the build timed out; the env if the factory already returned (to close)."""
+        with self.lock:
+            self.timed_out = True
+            env, self.env = self.env, None
+        return env
+
+
+def _close_sync(env: Any) -> None:
+    """Close `env` on the calling (lane) thread, logging what it raises."""
+    try:
+        result = env.close()
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:  # an un-awaited coroutine: nobody runs it on a lane
+                close()
+    except BaseException as exc:
+        logger.warning("closing %s raised %r", type(env).__name__, exc)
 
 
 class SessionTable:
@@ -119,56 +219,77 @@ class SessionTable:
         self.metrics = metrics
         self._sessions: dict[str, Session] = {}
         self._reset_params: dict[type, frozenset[str] | None] = {}
-        self._inline: dict[tuple[Any, str], bool] = {}
+        self._plans: dict[tuple[str, Any, Any], _Plan] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self.stateless_calls = 0  # stateless HTTP calls running, each holding a slot
 
     @property
     def active(self) -> int:
-        return len(self._sessions)
+        """Slots taken: sessions, plus stateless HTTP calls running (`take_slot`)."""
+        return len(self._sessions) + self.stateless_calls
 
-    # ------------------------------------------------------------ env instances
+    def take_slot(self) -> None:
+        """Check that one more slot is free, making room by destroying the session that has
+        awaited its resume longest if need be; FrameError (CAPACITY_REACHED, SHUTTING_DOWN)
+        when none is. A live connection comes before a session nobody is connected to, so
+        sessions left behind after a handshake cannot hold the server's slots."""
+        if self._closing:
+            raise FrameError(ErrorCode.SHUTTING_DOWN, "Server is shutting down")
+        n, cap = self.active, self.config.max_concurrent_envs
+        if n < cap:
+            return
+        detached = [s for s in self._sessions.values() if s.connection is None and not s.busy]
+        if detached:
+            oldest = min(detached, key=lambda s: s.last_active)
+            logger.info("session %s awaiting resume gives its slot to a new connection", oldest.id)
+            self.destroy(oldest)
+            return
+        raise FrameError(
+            ErrorCode.CAPACITY_REACHED,
+            f"Server at capacity: {n}/{cap} sessions active. Cannot accept new connections.",
+            active_sessions=n,
+            max_sessions=cap,
+            retry_after_s=self.config.capacity_retry_after_s,
+        )
 
-    async def create_env(self) -> Environment[Any, Any, Any]:
-        """Build one env instance (in the thread pool, or on the loop for an inline env, see
-        `runs_inline`); FACTORY_ERROR when the factory raises."""
-        factory = self.spec.factory
-        try:
-            env: Environment[Any, Any, Any]
-            if self.runs_inline(factory, "__init__", factory):
-                env = factory()
-            else:
-                env = await self.executors.start(factory)
-            return env
-        except Exception as exc:
-            logger.warning("environment factory %r failed: %r", self.spec.name, exc)
-            raise FrameError(
-                ErrorCode.FACTORY_ERROR,
-                f"Environment factory '{self.spec.name}' failed to create instance: {exc}",
-                factory_name=self.spec.name,
-            ) from None
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
 
-    def close_env_soon(self, env: Any, after: asyncio.Future[Any] | None = None) -> None:
-        """Close `env` in the background, once `after` (a call still running on it) is done."""
-        self._spawn(self._close_env(env, after))
+    # ------------------------------------------------------------ how calls run
 
-    async def _close_env(self, env: Any, after: asyncio.Future[Any] | None) -> None:
-        if after is not None:
-            await asyncio.wait({after})
-        try:
-            if self.runs_inline(type(env), "close", env.close):
-                result = env.close()
-            else:
-                result = await asyncio.wait_for(self.executors.start(env.close), _ENV_CLOSE_TIMEOUT_S)
-            if inspect.isawaitable(result):
-                await asyncio.wait_for(result, _ENV_CLOSE_TIMEOUT_S)
-        except Exception as exc:
-            logger.warning("closing %s raised %r", type(env).__name__, exc)
+    def deadline(self, kind: str, owner: Any) -> tuple[float, bool]:
+        """The deadline of a `kind` call on `owner` (an env class, or the factory) and whether
+        it was set explicitly: ``config.<kind>_timeout_s``, else ``owner.<kind>_timeout_s``,
+        else `DEFAULT_DEADLINES_S`. A kind it does not list (e.g. "tool") takes
+        ``owner.<kind>_timeout_s`` if set, else the step's deadline."""
+        attribute = f"{kind}_timeout_s"
+        if kind not in DEFAULT_DEADLINES_S:
+            declared = getattr(owner, attribute, None)
+            return (float(declared), True) if declared is not None else self.deadline("step", owner)
+        configured = getattr(self.config, attribute, None)
+        if configured is not None:
+            return float(configured), True
+        declared = getattr(owner, attribute, None)
+        if declared is not None:
+            return float(declared), True
+        return DEFAULT_DEADLINES_S.get(kind, DEFAULT_DEADLINES_S["step"]), False
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def plan(self, kind: str, owner: Any, fn: Callable[..., Any]) -> _Plan:
+        """How a `kind` call of `fn` on `owner` runs (cached per env class and method)."""
+        func = getattr(fn, "__func__", None)
+        key = (kind, owner, func)
+        plan = self._plans.get(key) if func is not None else None
+        if plan is None:
+            deadline_s, explicit = self.deadline(kind, owner)
+            is_async = is_async_callable(fn)
+            wanted = self.config.inline_sync
+            if wanted is None:
+                wanted = bool(getattr(owner, "INLINE_SYNC", False))
+            plan = _Plan(is_async, wanted and not is_async and not explicit, deadline_s)
+            if func is not None:
+                self._plans[key] = plan
+        return plan
 
     def reset_kwargs(self, env: Any, data: dict[str, Any]) -> dict[str, Any]:
         """`data` checked against ``type(env).reset``'s signature (see `unknown_reset_kwargs`)."""
@@ -192,98 +313,36 @@ class SessionTable:
             return data
         if self.config.unknown_reset_kwargs == "drop":
             return {k: v for k, v in data.items() if k in accepted}
+        shown = unknown[:MAX_REPORTED_ERRORS]
         raise FrameError(
             ErrorCode.VALIDATION_ERROR,
-            f"Unknown reset argument(s) {sorted(unknown)} for {env_type.__name__}.reset; "
-            f"accepted: {sorted(accepted)}",
-            errors=[
-                {"type": "extra_forbidden", "loc": ["data", key], "msg": "Extra inputs are not permitted", "input": data[key]}
-                for key in unknown
-            ],
+            f"Unknown reset argument(s) {[shorten_input(k) for k in sorted(shown)]}"
+            f"{f' and {len(unknown) - len(shown)} more' if len(unknown) > len(shown) else ''} for "
+            f"{env_type.__name__}.reset; accepted: {sorted(accepted)}",
+            errors=[extra_key_error(key, data[key], ("data",)) for key in shown],
+            **({"errors_omitted": len(unknown) - len(shown)} if len(unknown) > len(shown) else {}),
         )
 
-    def runs_inline(self, owner: Any, method: str, fn: Callable[..., Any]) -> bool:
-        """Whether `fn` (``owner``'s `method`) runs directly on the loop: a sync callable of
-        an env that opted in (``ServerConfig.inline_sync``, else ``owner.INLINE_SYNC``)."""
-        key = (owner, method)
-        inline = self._inline.get(key)
-        if inline is None:
-            wanted = self.config.inline_sync
-            if wanted is None:
-                wanted = bool(getattr(owner, "INLINE_SYNC", False))
-            inline = self._inline[key] = wanted and not is_async_callable(fn)
-        return inline
-
-    def deadline(self, env: Any, which: str) -> float | None:
-        configured = getattr(self.config, which)
-        return configured if configured is not None else getattr(type(env), which, None)
-
-    async def call(
-        self, env: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None,
-        on_abandon: Callable[[asyncio.Future[Any]], None],
-    ) -> Any:
-        """Run ``env.<method>(*args, **kwargs)`` under a deadline.
-
-        Raises FrameError: TIMEOUT past the deadline (after calling `on_abandon` with the still
-        running call), EXECUTION_ERROR when the method raises. A sync method of an inline env
-        (see `runs_inline`) without a deadline is called right here, on the loop.
-        """
-        fn = getattr(env, method)
-        try:
-            if timeout is None and self.runs_inline(type(env), method, fn):
-                result = fn(*args, **kwargs)
-            else:
-                fut = self.executors.start(fn, *args, **kwargs)
-                if timeout is None:
-                    result = await fut
-                else:
-                    try:
-                        result = await asyncio.wait_for(asyncio.shield(fut), timeout)
-                    except TimeoutError:
-                        if fut.done():  # the env itself raised TimeoutError
-                            raise
-                        fut.cancel()  # cancels a coroutine; a running thread just finishes
-                        fut.add_done_callback(_retrieve)
-                        on_abandon(fut)
-                        logger.warning(
-                            "%s.%s passed its deadline of %ss", type(env).__name__, method, timeout
-                        )
-                        raise FrameError(
-                            ErrorCode.TIMEOUT,
-                            f"{method} did not finish within its deadline of {timeout}s; the episode "
-                            "is over, reset to start a new one",
-                            timeout_s=timeout,
-                        ) from None
-            if inspect.isawaitable(result):  # a sync method that returned an awaitable
-                result = await result
-            return result
-        except FrameError:
-            raise
-        except Exception as exc:
-            raise _execution_error(env, method, exc) from None
+    def spawn(self, coro: Any) -> None:
+        """Run `coro` in the background; shutdown waits for it (bounded)."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------ sessions
 
-    async def open(self, connection: Connection) -> Session:
+    async def open(self, connection: Connection | None) -> Session:
         """A new session with a fresh env for `connection`; FrameError when refused."""
-        if self._closing:
-            raise FrameError(ErrorCode.SHUTTING_DOWN, "Server is shutting down")
-        n, cap = len(self._sessions), self.config.max_concurrent_envs
-        if n >= cap:
-            raise FrameError(
-                ErrorCode.CAPACITY_REACHED,
-                f"Server at capacity: {n}/{cap} sessions active. Cannot accept new connections.",
-                active_sessions=n,
-                max_sessions=cap,
-                retry_after_s=self.config.capacity_retry_after_s,
-            )
+        self.take_slot()
+        cap = self.config.max_concurrent_envs
         session = Session(self, connection)
         # The slot is taken before the factory runs, so concurrent opens cannot overshoot.
         self._sessions[session.id] = session
         try:
-            session.env = await self.create_env()
+            session.env = await session._build_env()
         except BaseException:
             del self._sessions[session.id]
+            session.discard()
             raise
         self.metrics.sessions_opened += 1
         logger.debug("session %s opened (%d/%d)", session.id, len(self._sessions), cap)
@@ -299,10 +358,14 @@ class SessionTable:
         return session
 
     def attach(self, session: Session, connection: Connection) -> Connection | None:
-        """Re-attach `session` to a resuming connection; return the connection it replaces."""
+        """Re-attach `session` to a resuming connection, with a new resume token; return the
+        connection it replaces."""
         previous = session.connection
         session.connection = connection
         session.resumed = True
+        # A token resumes once: whoever saw it (a log, a proxy) cannot replay it. The client
+        # reads the new one from its next handshake reply.
+        session.resume_token = secrets.token_urlsafe(32)
         session.last_active = time.monotonic()
         if session._expiry is not None:
             session._expiry.cancel()
@@ -327,18 +390,15 @@ class SessionTable:
             self.destroy(session)
 
     def destroy(self, session: Session) -> None:
-        """Free the slot now; close the env in the background once its running call is done."""
+        """Free the slot now; close the env on its lane once its running call has returned."""
         if session.closed:
             return
-        session.closed = True
         self._sessions.pop(session.id, None)
         self.metrics.sessions_closed += 1
         if session._expiry is not None:
             session._expiry.cancel()
             session._expiry = None
-        env, session.env = session.env, None
-        if env is not None:
-            self._spawn(session.close_env_after_calls(env))
+        session.discard()
         logger.debug("session %s closed (%d active)", session.id, len(self._sessions))
 
     def reap_idle(self, now: float) -> None:
@@ -350,23 +410,57 @@ class SessionTable:
             if session.connection is not None and not session.busy and now - session.last_active > limit:
                 connection = session.connection
                 self.destroy(session)
-                self._spawn(_close_quietly(connection, 1001, "idle timeout"))
+                self.spawn(_close_quietly(connection, 1001, "idle timeout"))
 
     async def close_all(self) -> None:
-        """Server shutdown: refuse new sessions, destroy every session, wait for env closes."""
+        """Server shutdown: refuse new sessions, end every call still running (its caller
+        hears SHUTTING_DOWN; a thread still in env code is written off), destroy every
+        session, and wait up to the close deadline for the envs to close."""
+        if self._closing:
+            return
         self._closing = True
         for session in list(self._sessions.values()):
             connection = session.connection
+            session.interrupt()
             self.destroy(session)
             if connection is not None:
-                self._spawn(_close_quietly(connection, 1001, "server shutting down"))
+                self.spawn(_close_quietly(connection, 1001, "server shutting down"))
+        # Envs close on their lanes, after the calls running there: wait for that, but no
+        # longer than the close deadline, so that the process exits whatever env code does.
+        wait_s, _ = self.deadline("close", None)
+        give_up_at = time.monotonic() + wait_s
         if self._background:
-            await asyncio.wait(set(self._background), timeout=_ENV_CLOSE_TIMEOUT_S)
+            await asyncio.wait(set(self._background), timeout=wait_s)
+        await self.executors.wait_threads(max(0.0, give_up_at - time.monotonic()))
+
+    async def stateless(self, what: str, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's stateless HTTP call: a throw-away env (its slot is taken by the caller) is built, `what` ("reset",
+        "step" or "state") is called with the same checks and deadlines as on ``/ws``, and the
+        env is closed. Returns the reply's JSON body; raises FrameError."""
+        session = Session(self, None)
+        try:
+            session.env = await session._build_env()
+            env = session.env
+            if what == "state":
+                return await session._read_state()
+            if what == "reset":
+                obs = await session.call_env("reset", env.reset, kwargs=self.reset_kwargs(env, data))
+                self.metrics.resets += 1
+            else:
+                action = validate_model(self.spec.action_type, data)
+                obs = await session.call_env("step", env.step, (action,))
+            body, reward, done, metadata = observation_parts(obs)
+            return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
+        finally:
+            session.discard()
 
 
-def _execution_error(env: Any, method: str, exc: Exception) -> FrameError:
-    logger.warning("%s.%s raised %s: %s", type(env).__name__, method, type(exc).__name__, exc)
-    logger.debug("traceback of %s.%s", type(env).__name__, method, exc_info=exc)
+def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
+    name = getattr(owner, "__name__", type(owner).__name__)
+    logger.warning("%s.%s raised %s: %s", name, kind, type(exc).__name__, exc)
+    logger.debug("traceback of %s.%s", name, kind, exc_info=exc)
+    if isinstance(exc, EnvAborted):
+        return FrameError(ErrorCode.EXECUTION_ERROR, f"{kind} raised {exc}")
     return FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__)
 
 
@@ -377,8 +471,13 @@ async def _close_quietly(connection: Connection, code: int, reason: str) -> None
         pass
 
 
+def request_digest(kind: str, data: Any) -> bytes:
+    """What a request id is bound to: a hash of the request's type and data."""
+    return hashlib.blake2b(dumps([kind, data]).encode(), digest_size=16).digest()
+
+
 class Session:
-    """One client session: an env instance, its episode phase, and its replay record."""
+    """One client session: an env instance, its lane, its episode phase, its replay record."""
 
     def __init__(self, table: SessionTable, connection: Connection | None) -> None:
         self.table = table
@@ -392,44 +491,338 @@ class Session:
         self.closed = False
         self.last_active = time.monotonic()
         self._lock = asyncio.Lock()
-        self._replies: OrderedDict[str, str] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[str]] = {}
+        self._lane: Lane | None = None
+        self._calls: set[asyncio.Future[Any]] = set()
+        self._replies: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
+        self._replay_bytes = 0
+        self._inflight: dict[str, tuple[bytes, asyncio.Future[str]]] = {}
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
         return self._lock.locked()
 
+    # ------------------------------------------------------------ the public way in
+
     async def handle(self, request: Any) -> str:
         """Apply one decoded request (not ``close``) and return its encoded reply."""
         self.last_active = time.monotonic()
         rid = request.id
+        digest = request_digest(request.type, getattr(request, "data", None)) if rid is not None else b""
+        return await self._recorded(rid, digest, lambda: self._apply(request))
+
+    async def run_call(
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        reply: Callable[[Any], str],
+        request_id: str | None = None,
+        request_hash: bytes = b"",
+        deadline_s: float | None = None,
+        error_reply: Callable[[FrameError], str] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Run one env call of this session the way every step runs, and return its reply:
+        the entry for env calls made outside a request of this session (inside one, use
+        `call_env`; the session's turn is not re-entrant).
+
+        ``fn(*args, **kwargs)`` runs serialised with the session's other calls; on the
+        session's lane thread if `fn` is a plain function, on the loop if it is a coroutine
+        function (or the env opted into ``INLINE_SYNC``); under `deadline_s` (default: the
+        deadline of `kind`, see `SessionTable.deadline`; a kind without its own setting gets
+        the step's). ``reply(result)`` encodes the result into the frame to send; it runs on
+        the loop. Errors become error frames: TIMEOUT (the episode is over, as for a step),
+        EXECUTION_ERROR (`fn` or `reply` raised, SystemExit included), CAPACITY_REACHED (no
+        lane can be started: too many written-off threads), SESSION_ERROR (session closed),
+        each encoded by ``error_reply(error)`` (default: the protocol's error frame).
+
+        With a `request_id` the call happens at most once: its reply is recorded, a repeat
+        with the same `request_hash` (e.g. `request_digest` of the request) gets the recorded
+        reply (or waits for the running call), a repeat with another hash gets ID_REUSED; a
+        dropped connection does not cancel it. Ids share one record with the session's
+        ``/ws`` request ids.
+        """
+
+        async def produce() -> str:
+            try:
+                if self.closed:
+                    raise self._closed_error()
+                result = await self.call_env(kind, fn, args, kwargs, deadline_s=deadline_s)
+                try:
+                    return reply(result)
+                except Exception as exc:
+                    raise FrameError(
+                        ErrorCode.EXECUTION_ERROR, f"the reply to {kind} cannot be encoded: {exc}"
+                    ) from None
+            except FrameError as exc:
+                self.table.metrics.errors[exc.code.value] += 1
+                return error_reply(exc) if error_reply is not None else encode(exc.to_reply(request_id))
+
+        return await self._recorded(request_id, request_hash, produce, error_reply)
+
+    # ------------------------------------------------------------ record
+
+    async def _recorded(
+        self, rid: str | None, digest: bytes, produce: Callable[[], Awaitable[str]],
+        error_reply: Callable[[FrameError], str] | None = None,
+    ) -> str:
         if rid is None:
             async with self._lock:
-                return await self._apply(request, None)
-        cached = self._replies.get(rid)
-        if cached is not None:
-            return cached
-        fut = self._inflight.get(rid)
-        if fut is None:
-            fut = asyncio.ensure_future(self._apply_recorded(request))
-            self._inflight[rid] = fut
+                return await produce()
+        recorded = self._replies.get(rid)
+        if recorded is not None:
+            return recorded[1] if recorded[0] == digest else self._id_reused(rid, error_reply)
+        pending = self._inflight.get(rid)
+        future: asyncio.Future[str]
+        if pending is None:
+            future = asyncio.ensure_future(self._produce_and_record(rid, digest, produce))
+            self._inflight[rid] = (digest, future)
+        elif pending[0] != digest:
+            return self._id_reused(rid, error_reply)
+        else:
+            future = pending[1]
         # shield: the call belongs to the session; a dropped connection must not cancel it.
-        return await asyncio.shield(fut)
+        return await asyncio.shield(future)
 
-    async def _apply_recorded(self, request: Any) -> str:
+    async def _produce_and_record(self, rid: str, digest: bytes, produce: Callable[[], Awaitable[str]]) -> str:
         try:
             async with self._lock:
-                reply = await self._apply(request, request.id)
-            self._replies[request.id] = reply
-            if len(self._replies) > self.table.config.replay_window:
-                self._replies.popitem(last=False)
+                reply = await produce()
+            self._record(rid, digest, reply)
             return reply
         finally:
-            del self._inflight[request.id]
+            del self._inflight[rid]
 
-    async def _apply(self, request: Any, rid: str | None) -> str:
+    def _record(self, rid: str, digest: bytes, reply: str) -> None:
+        replies = self._replies
+        replies[rid] = (digest, reply)
+        self._replay_bytes += len(reply)
+        config = self.table.config
+        while len(replies) > 1 and (
+            len(replies) > config.replay_window or self._replay_bytes > config.replay_window_bytes
+        ):
+            _, (_, dropped) = replies.popitem(last=False)
+            self._replay_bytes -= len(dropped)
+
+    def _id_reused(self, rid: str, error_reply: Callable[[FrameError], str] | None) -> str:
+        self.table.metrics.errors[ErrorCode.ID_REUSED.value] += 1
+        error = FrameError(
+            ErrorCode.ID_REUSED,
+            f"Request id {rid!r} was already used on this session for a different request; "
+            "send each new request with a new id (a retry must repeat the request unchanged)",
+        )
+        return error_reply(error) if error_reply is not None else encode(error.to_reply(rid))
+
+    # ------------------------------------------------------------ env calls
+
+    def _closed_error(self) -> FrameError:
+        return FrameError(ErrorCode.SESSION_ERROR, "This session is closed")
+
+    async def call_env(
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        env: Any = ...,
+        deadline_s: float | None = None,
+        on_write_off: Callable[[Lane], None] | None = None,
+    ) -> Any:
+        """``fn(*args, **kwargs)`` as a `kind` call on `env` (default: the session's env; None
+        while building one): on the session's lane (or the loop, see `run_call`), under the
+        deadline of `kind` unless `deadline_s` is given, a timed-out call ending the episode.
+        Returns `fn`'s result; raises FrameError (TIMEOUT, EXECUTION_ERROR, CAPACITY_REACHED,
+        SHUTTING_DOWN).
+
+        For code that already runs inside one of this session's requests (a request type's
+        handler: it holds the session's turn and its reply is recorded); from anywhere else
+        use `run_call`, which takes the turn and keeps the record around this very call.
+        `on_write_off(lane)` runs if the call's lane is written off, before the lane stops
+        taking work."""
+        if env is ...:
+            env = self.env
+        owner = type(env) if env is not None else self.table.spec.factory
+        plan = self.table.plan(kind, owner, fn)
+        seconds = plan.deadline_s if deadline_s is None else deadline_s
+        kwargs = kwargs or {}
+        task: asyncio.Task[Any] | None = None
+        lane: Lane | None = None
+        if plan.is_async:
+            loop = self.table.executors.loop()
+            try:
+                task = loop.create_task(_guarded(fn(*args, **kwargs)))
+            except Exception as exc:
+                raise _execution_error(owner, kind, exc) from None
+            outer: asyncio.Future[Any] = loop.create_future()
+            task.add_done_callback(lambda t: _copy_outcome(t, outer))
+        elif plan.inline and deadline_s is None:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                raise _execution_error(owner, kind, exc) from None
+            except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+                raise _execution_error(owner, kind, EnvAborted(exc)) from None
+            if inspect.isawaitable(result):
+                return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
+            return result
+        else:
+            lane = self._lane or self._start_lane()
+            outer = lane.submit(fn, args, kwargs)
+        timer = self.table.executors.loop().call_later(seconds, _expire, outer)
+        self._calls.add(outer)
         try:
+            result = await outer
+        except _DeadlinePassed:
+            logger.warning("%s.%s passed its deadline of %ss", getattr(owner, "__name__", owner), kind, seconds)
+            if lane is not None and on_write_off is not None:
+                on_write_off(lane)
+            self._write_off(kind, env, lane, task)
+            raise FrameError(
+                ErrorCode.TIMEOUT,
+                f"{kind} did not finish within its deadline of {seconds}s; the episode is over, "
+                "reset to start a new one",
+                timeout_s=seconds,
+            ) from None
+        except _Interrupted:
+            if lane is not None and on_write_off is not None:
+                on_write_off(lane)
+            self._write_off(kind, env, lane, task)
+            raise FrameError(ErrorCode.SHUTTING_DOWN, "The server is shutting down") from None
+        except asyncio.CancelledError:
+            if task is not None:
+                task.cancel()
+            raise
+        except Exception as exc:
+            raise _execution_error(owner, kind, exc) from None
+        finally:
+            timer.cancel()
+            self._calls.discard(outer)
+        if inspect.isawaitable(result):  # a sync method that returned an awaitable
+            return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
+        return result
+
+    def _start_lane(self) -> Lane:
+        table = self.table
+        env_class = type(self.env) if self.env is not None else table.spec.factory
+        try:
+            lane = table.executors.lane(env_class if isinstance(env_class, type) else None)
+        except LaneLimit as exc:
+            raise FrameError(
+                ErrorCode.CAPACITY_REACHED,
+                f"Server at capacity: {exc}. Retry later.",
+                abandoned_threads=exc.abandoned,
+                max_abandoned_threads=exc.limit,
+                retry_after_s=table.config.capacity_retry_after_s,
+            ) from None
+        except RuntimeError as exc:  # "can't start new thread": the OS's thread limit
+            logger.warning("cannot start a lane thread: %s", exc)
+            raise FrameError(
+                ErrorCode.CAPACITY_REACHED,
+                f"Server at capacity: cannot start a thread for this session ({exc}). Retry later.",
+                retry_after_s=table.config.capacity_retry_after_s,
+            ) from None
+        self._lane = lane
+        return lane
+
+    def _write_off(self, kind: str, env: Any, lane: Lane | None, task: asyncio.Task[Any] | None) -> None:
+        """A `kind` call on `env` will not be waited for: end the episode of every env it
+        blocks and close those envs once the call has returned."""
+        table = self.table
+        if lane is None:
+            assert task is not None
+            task.cancel()
+            if env is not None and self.env is env:
+                self._discard_env()
+                if kind != "close":
+                    table.spawn(self._close_after(task, env))
+            return
+        victims = [self]
+        if table.executors.is_shared(lane):
+            victims += [s for s in table.sessions() if s is not self and s._lane is lane]
+        for session in victims:
+            session._lane = None
+            victim_env = session._discard_env() if session.env is not None else None
+            if victim_env is not None and not (kind == "close" and victim_env is env):
+                lane.post(_close_sync, victim_env)
+        table.executors.abandon(lane)
+
+    def _discard_env(self) -> Any:
+        env, self.env = self.env, None
+        self.phase = Phase.TIMED_OUT
+        return env
+
+    async def _close_after(self, task: asyncio.Task[Any], env: Any) -> None:
+        await asyncio.wait({task})
+        await self._close_env(env)
+
+    async def _close_env(self, env: Any) -> None:
+        """Close `env` under the close deadline (on the lane for a sync close); errors logged."""
+        try:
+            await self.call_env("close", env.close, env=env)
+        except FrameError as exc:
+            if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
+                logger.warning("closing %s: %s", type(env).__name__, exc.message)
+
+    async def _build_env(self) -> Any:
+        """A fresh env from the factory, on this session's lane (so it is born on the thread
+        that will run it), under the factory deadline. FACTORY_ERROR when it raises."""
+        table = self.table
+        factory = table.spec.factory
+        ticket = _BuildTicket()
+
+        def close_orphan(lane: Lane) -> None:
+            orphan = ticket.give_up()
+            if orphan is not None:  # the factory returned just as its deadline passed
+                lane.post(_close_sync, orphan)
+
+        plan = table.plan("factory", factory, factory)
+        try:
+            if plan.is_async or plan.inline:
+                env = await self.call_env("factory", factory, env=None)
+            else:
+                env = await self.call_env("factory", ticket.build, (factory,), env=None, on_write_off=close_orphan)
+        except FrameError as exc:
+            if exc.code is not ErrorCode.EXECUTION_ERROR:
+                raise
+            raise FrameError(
+                ErrorCode.FACTORY_ERROR,
+                f"Environment factory '{table.spec.name}' failed to create instance: {exc.message}",
+                factory_name=table.spec.name,
+            ) from None
+        return env
+
+    def interrupt(self) -> None:
+        """Server shutdown: every call of this session still running ends now (SHUTTING_DOWN)."""
+        for call in list(self._calls):
+            if not call.done():
+                call.set_exception(_Interrupted())
+
+    def discard(self) -> None:
+        """Mark the session closed; close its env on its lane once the running call (bounded
+        by its deadline) has returned, then let the lane's thread exit."""
+        if self.closed:
+            return
+        self.closed = True
+        self.table.spawn(self._finish())
+
+    async def _finish(self) -> None:
+        async with self._lock:
+            env, self.env = self.env, None
+            if env is not None:
+                await self._close_env(env)
+            if self._lane is not None:
+                self.table.executors.retire(self._lane)
+                self._lane = None
+
+    # ------------------------------------------------------------ requests
+
+    async def _apply(self, request: Any) -> str:
+        rid = request.id
+        try:
+            if self.closed:
+                raise self._closed_error()
             kind = request.type
             if kind == "step":
                 return await self._step(request.data, rid)
@@ -437,10 +830,14 @@ class Session:
                 return await self._reset(request.data, rid)
             if kind == "state":
                 return await self._state(rid)
-            return self._session_info(rid)
+            return await self._session_info(rid)
         except FrameError as exc:
             self.table.metrics.errors[exc.code.value] += 1
             return encode(exc.to_reply(rid))
+        except Exception as exc:  # a server bug must cost this request, not the connection
+            logger.error("request %s of session %s failed", request.type, self.id, exc_info=exc)
+            self.table.metrics.errors[ErrorCode.EXECUTION_ERROR.value] += 1
+            return encode(FrameError(ErrorCode.EXECUTION_ERROR, f"internal error: {exc!r}").to_reply(rid))
 
     def _not_reset(self) -> FrameError:
         if self.phase is Phase.TIMED_OUT:
@@ -449,11 +846,26 @@ class Session:
             )
         return FrameError(ErrorCode.NOT_RESET, "No episode is running: send reset first")
 
-    def _abandon(self, fut: asyncio.Future[Any]) -> None:
-        env, self.env = self.env, None
-        self.phase = Phase.TIMED_OUT
-        if env is not None:
-            self.table.close_env_soon(env, after=fut)
+    def _observation_frame(self, env: Any, kind: str, obs: Any, rid: str | None) -> str:
+        """Encode an observation reply; the episode phase follows the observation even when
+        the reply cannot be encoded (the call did happen)."""
+        name = type(env).__name__
+        try:
+            body, reward, done, metadata = observation_parts(obs)
+        except Exception as exc:
+            raise FrameError(
+                ErrorCode.EXECUTION_ERROR, f"{name}.{kind} returned {type(obs).__name__}, not an observation: {exc}"
+            ) from None
+        self.phase = Phase.DONE if done else Phase.RUNNING
+        try:
+            return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
+        except Exception as exc:
+            logger.warning("%s.%s returned an observation that cannot be encoded: %s", name, kind, exc)
+            raise FrameError(
+                ErrorCode.EXECUTION_ERROR,
+                f"{name}.{kind} returned an observation that cannot be encoded as JSON ({exc}); "
+                f"the {kind} was applied",
+            ) from None
 
     async def _step(self, data: dict[str, Any], rid: str | None) -> str:
         env = self.env
@@ -464,60 +876,52 @@ class Session:
                 ErrorCode.EPISODE_DONE, "The episode is over (done=true): send reset to start a new one"
             )
         table = self.table
-        try:
-            action = table.spec.action_type.model_validate(data)
-        except ValidationError as exc:
-            raise FrameError(
-                ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc)
-            ) from None
+        action = validate_model(table.spec.action_type, data)
         started = time.perf_counter()
-        obs = await table.call(
-            env, "step", (action,), {}, table.deadline(env, "step_timeout_s"), self._abandon
-        )
+        obs = await self.call_env("step", env.step, (action,))
         table.metrics.observe_step(time.perf_counter() - started)
-        body, reward, done, metadata = observation_parts(obs)
-        self.phase = Phase.DONE if done else Phase.RUNNING
-        return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
+        return self._observation_frame(env, "step", obs, rid)
 
     async def _reset(self, data: dict[str, Any], rid: str | None) -> str:
         table = self.table
         if self.env is None:
-            self.env = await table.create_env()
+            self.env = await self._build_env()
         env = self.env
         kwargs = table.reset_kwargs(env, data)
-        obs = await table.call(
-            env, "reset", (), kwargs, table.deadline(env, "reset_timeout_s"), self._abandon
-        )
+        obs = await self.call_env("reset", env.reset, kwargs=kwargs)
         table.metrics.resets += 1
-        body, reward, done, metadata = observation_parts(obs)
-        self.phase = Phase.DONE if done else Phase.RUNNING
-        return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
+        return self._observation_frame(env, "reset", obs, rid)
 
     async def _read_state(self) -> dict[str, Any]:
+        """``env.state`` as a dict, read on the lane under the state deadline."""
+        env = self.env
+        state = await self.call_env("state", _get_state, (env,), env=env)
         try:
-            state = self.env.state
-            if inspect.isawaitable(state):
-                state = await state
+            return state.model_dump() if isinstance(state, BaseModel) else dict(state)
         except Exception as exc:
-            logger.warning("%s.state raised %s: %s", type(self.env).__name__, type(exc).__name__, exc)
-            raise FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__) from None
-        return state.model_dump() if isinstance(state, BaseModel) else dict(state)
+            raise FrameError(
+                ErrorCode.EXECUTION_ERROR, f"{type(env).__name__}.state returned {type(state).__name__}: {exc}"
+            ) from None
 
     async def _state(self, rid: str | None) -> str:
         # Unlike step, state before the first reset is allowed (OpenEnv answers it).
         if self.env is None:
             raise self._not_reset()
-        return encode(state_reply(await self._read_state(), request_id=rid))
+        state = await self._read_state()
+        try:
+            return encode(state_reply(state, request_id=rid))
+        except Exception as exc:
+            raise FrameError(ErrorCode.EXECUTION_ERROR, f"the state cannot be encoded as JSON: {exc}") from None
 
-    def _session_info(self, rid: str | None) -> str:
+    async def _session_info(self, rid: str | None) -> str:
         self.resumable = True
         episode_id, step_count = None, 0
         if self.env is not None:
             try:
-                state = self.env.state
-                episode_id = getattr(state, "episode_id", None)
-                step_count = int(getattr(state, "step_count", 0) or 0)
-            except Exception:  # a state that cannot be read now is reported as unknown
+                state = await self._read_state()
+                episode_id = state.get("episode_id")
+                step_count = int(state.get("step_count", 0) or 0)
+            except (FrameError, TypeError, ValueError):  # a state that cannot be read now is reported as unknown
                 pass
         info = SessionInfo(
             session_id=self.id,
@@ -525,17 +929,24 @@ class Session:
             resumed=self.resumed,
             resume_window_s=self.table.config.resume_window_s,
             max_frame_bytes=self.table.config.max_frame_bytes,
-            episode_id=episode_id,
+            episode_id=episode_id if isinstance(episode_id, str) else None,
             step_count=step_count,
             done=self.phase is Phase.DONE,
         )
         return encode(session_reply(info, request_id=rid))
 
-    async def close_env_after_calls(self, env: Any) -> None:
-        """Close `env` once no request of this session is running on it."""
-        async with self._lock:
-            pass
-        await self.table._close_env(env, None)
+
+def _copy_outcome(task: asyncio.Task[Any], outer: asyncio.Future[Any]) -> None:
+    if outer.done():
+        if not task.cancelled():
+            task.exception()  # seen, so asyncio does not log it at GC time
+        return
+    if task.cancelled():
+        outer.cancel()
+    elif task.exception() is not None:
+        outer.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        outer.set_result(task.result())
 
 
 def error_frame(code: ErrorCode, message: str, **details: Any) -> str:

@@ -20,23 +20,17 @@ resets it without a seed, which touches no RNG. Consequences:
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import secrets
 import threading
 import uuid
-from collections import OrderedDict
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
+from concurrent.futures import Future
 from typing import Any, ClassVar, NamedTuple, get_args
 
 import textarena as ta
-from textarena.core import ActionWrapper, ObservationWrapper, Wrapper
+from textarena.core import ActionWrapper, Wrapper
 from textarena.envs.registration import ENV_REGISTRY
 
-from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.games.sudoku import MOVE_RE, Board, count_filled
 from envsdk.protocol import ErrorCode
@@ -47,8 +41,17 @@ from servers.sudoku.models import (
     SudokuAction,
     SudokuObservation,
     SudokuState,
-    TextArenaMessage,
 )
+from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
+from servers.textarena.environment import (
+    TextArenaEnvironment,
+    convert_messages,
+    render_messages,
+    snapshot_state,
+    unwrap,
+)
+from servers.textarena.errors import TextArenaOptionError
+from servers.textarena.pool import WorkerPool, await_shared
 
 __all__ = [
     "SUDOKU_ENV_IDS",
@@ -71,7 +74,7 @@ _ADMIN_REASON_RE = re.compile(r"Reason: (.*?) Please resubmit", re.DOTALL)
 _INVALID_PREFIX = "Invalid Move: "
 
 
-class SudokuOptionError(ValueError):
+class SudokuOptionError(TextArenaOptionError):
     """A reset option or server setting has a value the Sudoku server cannot use."""
 
 
@@ -89,12 +92,6 @@ def _clues(env_id: str) -> int:
     return int(ENV_REGISTRY[env_id].kwargs["clues"])
 
 
-def _unwrap(game: Any) -> Any:
-    while isinstance(game, Wrapper):
-        game = game.env
-    return game
-
-
 class GeneratedBoard(NamedTuple):
     """A puzzle and its unique solution, as TextArena generated them for one seed."""
 
@@ -106,15 +103,11 @@ def _generate_board(env_id: str, seed: int) -> GeneratedBoard:
     """Worker-process task: TextArena's own seeded generation (seeds this process's RNG)."""
     game = ta.make(env_id)
     game.reset(num_players=1, seed=seed)
-    base = _unwrap(game)
+    base = unwrap(game)
     return GeneratedBoard(solution=base.full_grid, puzzle=base.game_board)
 
 
-def _noop() -> None:
-    return None
-
-
-class BoardPool:
+class BoardPool(WorkerPool):
     """Generates TextArena Sudoku boards in worker processes; caches them by (clues, seed).
 
     `submit` is thread-safe and never blocks on generation: it returns a future shared by every
@@ -125,60 +118,12 @@ class BoardPool:
     def __init__(self, workers: int | None = None, cache_size: int = 4096) -> None:
         if workers is not None and workers < 1:
             raise SudokuOptionError(f"BoardPool needs at least 1 worker, got {workers}")
-        self.workers = workers or max(1, min(4, os.cpu_count() or 1))
-        self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[int, int], Future[GeneratedBoard]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._executor: ProcessPoolExecutor | None = None
+        super().__init__(workers, cache_size)
 
     def submit(self, env_id: str, seed: int) -> Future[GeneratedBoard]:
         """The future board of `seed` for `env_id`'s clue count (cached, shared)."""
         key = (_clues(check_env_id(env_id)), seed)
-        with self._lock:
-            future = self._cache.get(key)
-            if future is not None and not (future.done() and future.exception() is not None):
-                self._cache.move_to_end(key)
-                return future
-            future = self._submit_locked(_generate_board, env_id, seed)
-            self._cache[key] = future
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            return future
-
-    def warm(self) -> None:
-        """Start every worker process now instead of on the first resets."""
-        with self._lock:
-            for _ in range(self.workers):
-                self._submit_locked(_noop)
-
-    def shutdown(self) -> None:
-        """Stop the worker processes now, a running generation included (a ``-hard`` board can
-        take minutes, and exiting would otherwise wait for it); queued ones are cancelled.
-        Idempotent."""
-        with self._lock:
-            executor, self._executor = self._executor, None
-            self._cache.clear()
-        if executor is None:
-            return
-        # Python < 3.14 has no public way to stop a busy worker; `_processes` is the executor's
-        # own table of them.
-        workers = list((getattr(executor, "_processes", None) or {}).values())
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.join(timeout=5)
-
-    def _submit_locked(self, fn: Any, *args: Any) -> Future[Any]:
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
-        try:
-            return self._executor.submit(fn, *args)
-        except BrokenProcessPool:
-            # A worker died (e.g. killed by the OOM killer): replace the pool, retry once.
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
-            return self._executor.submit(fn, *args)
+        return self.submit_cached(key, _generate_board, env_id, seed)
 
 
 _DEFAULT_POOL: BoardPool | None = None
@@ -194,85 +139,35 @@ def default_board_pool() -> BoardPool:
         return _DEFAULT_POOL
 
 
-async def _await_shared(future: Future[GeneratedBoard]) -> GeneratedBoard:
-    """Await a future other sessions may share, without cancelling it when this waiter is
-    cancelled (``asyncio.wrap_future`` would cancel the shared future)."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[GeneratedBoard] = loop.create_future()
-
-    def copy_result(done: Future[GeneratedBoard]) -> None:
-        if waiter.done():
-            return
-        if done.cancelled():
-            waiter.set_exception(RuntimeError("board generation was cancelled (pool shut down)"))
-        elif done.exception() is not None:
-            waiter.set_exception(done.exception())  # type: ignore[arg-type]
-        else:
-            waiter.set_result(done.result())
-
-    def on_done(done: Future[GeneratedBoard]) -> None:
-        try:
-            loop.call_soon_threadsafe(copy_result, done)
-        except RuntimeError:  # the loop closed while the board was being generated
-            pass
-
-    future.add_done_callback(on_done)
-    return await waiter
-
-
-def convert_messages(messages: Any) -> list[TextArenaMessage]:
-    """OpenEnv's TextArena message conversion, kept byte-for-byte in behaviour.
-
-    A wrapped game gives one string (iterated character by character, then merged back into one
-    ``MESSAGE`` from sender -1); a raw game gives ``(sender, text, type)`` tuples, merged when
-    consecutive tuples share sender and type.
-    """
-    converted: list[TextArenaMessage] = []
-    sender: int | None = None
-    category: str | None = None
-    parts: list[str] = []
-    for entry in messages:
-        if isinstance(entry, tuple) and len(entry) == 3:
-            e_sender, content, e_category = entry
-        elif isinstance(entry, tuple) and len(entry) == 2:
-            e_sender, content = entry
-            e_category = "MESSAGE"
-        else:
-            e_sender, content, e_category = -1, str(entry), "MESSAGE"
-        name = getattr(e_category, "name", str(e_category))
-        sid = int(e_sender) if isinstance(e_sender, (int, float)) else -1
-        if parts and category == name and sender == sid:
-            parts.append(str(content))
-            continue
-        if parts:
-            converted.append(TextArenaMessage(sender_id=sender if sender is not None else -1,
-                                              content="".join(parts), category=category or "MESSAGE"))
-        sender, category, parts = sid, name, [str(content)]
-    if parts:
-        converted.append(TextArenaMessage(sender_id=sender if sender is not None else -1,
-                                          content="".join(parts), category=category or "MESSAGE"))
-    return converted
-
-
 def _copy_board(board: Board) -> Board:
     return [row[:] for row in board]
 
 
-def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
+MAX_ERROR_ALLOWANCE = 10
+"""Most consecutive invalid moves a client may ask to be forgiven: each one is a step whose
+message the cumulative observation repeats, so the option bounds an episode's replies."""
+
+
+def _check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SudokuOptionError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise SudokuOptionError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SudokuOptionError(f"{name} must be <= {maximum}")
     return value
 
 
-class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState]):
+class SudokuEnvironment(TextArenaEnvironment):
     """One Sudoku session: a new TextArena game per episode (see the module docstring for how
-    boards are generated and README.md for what each observation form sends).
+    boards are generated and README.md for what each observation form sends). The TextArena
+    server's session class, specialised: boards from a `BoardPool`, structured fields.
 
     ``reset`` and ``step`` are coroutines: a step is ~0.1 ms of work, cheaper on the event loop
     than a hop to a thread, and a reset only awaits its board from the `BoardPool`.
     """
+
+    _state: SudokuState
 
     # A -hard board can take seconds, and queue behind other generations.
     reset_timeout_s: ClassVar[float | None] = 120.0
@@ -295,31 +190,36 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
         error_allowance: int = 1,
         observation_form: ObservationForm = "cumulative",
         env_id: str | None = None,
+        rubric: str | None = None,
     ) -> SudokuObservation:
         """Start a new game.
 
         Options: `seed` (int; same seed, same board), `episode_id` (str), `error_allowance`
-        (int >= 0: consecutive invalid moves forgiven; one more ends the game),
+        (int, 0 to `MAX_ERROR_ALLOWANCE`: consecutive invalid moves forgiven; one more ends the game),
         `observation_form` ("cumulative" or "compact"), `env_id` (any Sudoku variant; default:
-        the server's). Bad values raise `SudokuOptionError`.
+        the server's), `rubric` ("shaped": every step's observation carries the five shaped
+        reward parts in ``metadata["reward_components"]``, see servers/sudoku/rubric.py).
+        Bad values raise `SudokuOptionError`.
         """
         if seed is not None:
             _check_int("seed", seed)
         if episode_id is not None and not isinstance(episode_id, str):
             raise SudokuOptionError(f"episode_id must be a string, got {episode_id!r}")
-        _check_int("error_allowance", error_allowance, minimum=0)
+        _check_int("error_allowance", error_allowance, minimum=0, maximum=MAX_ERROR_ALLOWANCE)
         if observation_form not in OBSERVATION_FORMS:
             raise SudokuOptionError(
                 f"observation_form must be one of {', '.join(OBSERVATION_FORMS)}, "
                 f"got {observation_form!r}"
             )
+        if rubric is not None and rubric not in SUDOKU_RUBRICS:
+            raise SudokuOptionError(f"rubric must be one of {', '.join(SUDOKU_RUBRICS)} or null, got {rubric!r}")
         game_id = check_env_id(env_id) if env_id is not None else self.env_id
         seed = seed if seed is not None else secrets.randbelow(2**31)
         pool = self._boards or default_board_pool()
-        generated = await _await_shared(pool.submit(game_id, seed))
+        generated = await await_shared(pool.submit(game_id, seed))
 
         game = ta.make(game_id)
-        base = _unwrap(game)
+        base = unwrap(game)
         solution, puzzle = _copy_board(generated.solution), _copy_board(generated.puzzle)
         # Hand the pre-generated grids to TextArena's own reset; without a seed it draws nothing.
         base._generate_board = lambda: (solution, puzzle)
@@ -338,9 +238,13 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
             error_allowance=error_allowance,
             observation_form=observation_form,
         )
-        return self._observe(reward=0.0, done=False, last_move=LastMove())
+        first = self._observe(reward=0.0, done=False, last_move=LastMove())
+        self.rubric = SudokuRubric() if rubric is not None else None
+        if self.rubric is not None:
+            self.rubric.begin(first)
+        return first
 
-    async def step(self, action: SudokuAction) -> SudokuObservation:
+    async def step(self, action: SudokuAction) -> SudokuObservation:  # type: ignore[override]
         """Play one move. Raises `NotResetError` before the first reset and `EpisodeDoneError`
         once the game is over (the server refuses those steps itself, with the same codes)."""
         if self._game is None:
@@ -363,10 +267,14 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
         self._state.last_reward = reward
         self._state.last_info = dict(info or {})
         verdict = self._verdict(action.message, changed=after != before)
-        return self._observe(reward=reward, done=bool(done), last_move=verdict)
+        observation = self._observe(reward=reward, done=bool(done), last_move=verdict)
+        self._apply_rubric(action, observation)  # parts into the metadata; the reward stays the game's
+        return observation
 
     @property
     def state(self) -> SudokuState:
+        if self._game is not None:  # built when asked for: the game log grows each step
+            self._state.raw_state = snapshot_state(self._game)
         return self._state
 
     def close(self) -> None:
@@ -399,46 +307,15 @@ class SudokuEnvironment(Environment[SudokuAction, SudokuObservation, SudokuState
                 return found.group(1) if found else text
         return None
 
-    def _observe(
+    def _observe(  # type: ignore[override]
         self, *, reward: float, done: bool, last_move: LastMove
     ) -> SudokuObservation:
-        base = self._base
-        state = base.state
-        player_id, raw = base.get_observation()  # the messages new since the last observation
-        rendered: Any = raw
-        layers: list[Any] = []
-        layer: Any = self._game
-        while isinstance(layer, Wrapper):
-            layers.append(layer)
-            layer = layer.env
-        for wrapper in reversed(layers):  # what `self._game.get_observation()` would return
-            if isinstance(wrapper, ObservationWrapper):
-                rendered = wrapper.observation(player_id, rendered)
-
+        state = self._base.state
+        player_id = int(state.current_player_id)
+        prompt, messages, metadata = render_messages(
+            self._game, player_id, form=self._state.observation_form, env_id=self._state.env_id
+        )
         turn = int(state.turn)
-        form = self._state.observation_form
-        if form == "cumulative":
-            # A wrapped game renders one string, which OpenEnv's conversion turns into exactly
-            # one MESSAGE from -1, char by char (~30 ms at the end of a game); build it directly.
-            if isinstance(rendered, str):
-                messages = [TextArenaMessage(sender_id=-1, content=rendered, category="MESSAGE")] if rendered else []
-            else:
-                messages = convert_messages(rendered)
-            prompt_lines = [m.content for m in messages if m.category == "PROMPT"]
-            if not prompt_lines:
-                prompt_lines = [messages[0].content] if turn == 0 and messages else [self._state.env_id]
-            prompt = "\n".join(prompt_lines).strip()
-            metadata: dict[str, Any] = {
-                "env_id": self._state.env_id,
-                "turn": turn,
-                "raw_messages": [m.model_dump() for m in messages],
-            }
-        else:
-            all_new = convert_messages(raw)
-            prompt = "\n".join(m.content for m in all_new if m.category == "PROMPT").strip()
-            messages = [m for m in all_new if m.category != "PROMPT"]
-            metadata = {"env_id": self._state.env_id, "turn": turn}
-
         game_info = state.game_info.get(0, {})
         return SudokuObservation(
             prompt=prompt,

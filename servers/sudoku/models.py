@@ -1,21 +1,28 @@
-"""Wire models of the Sudoku server: OpenEnv's TextArena shapes plus structured Sudoku fields.
+"""Wire models of the Sudoku server: the TextArena server's models plus structured Sudoku fields.
 
 `SudokuAction` is OpenEnv's ``TextArenaAction`` (``{"message": str}``, extra fields forbidden,
-``metadata`` allowed). `SudokuObservation` carries every field of OpenEnv's
-``TextArenaObservation`` (``prompt``, ``messages``, ``current_player_id``, ``legal_players``,
-``info``) so clients written for OpenEnv's TextArena server read it unchanged, and adds the
-board and the verdict on the last move as data, so that no client has to parse text.
+``metadata`` allowed). `SudokuObservation` is a `TextArenaObservation` (every field of
+OpenEnv's: ``prompt``, ``messages``, ``current_player_id``, ``legal_players``, ``info``) so
+clients written for OpenEnv's TextArena server read it unchanged, and adds the board and the
+verdict on the last move as data, so that no client has to parse text.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from envsdk.types import Action, Observation, State
+from servers.textarena.models import (
+    ObservationForm,
+    TextArenaAction,
+    TextArenaMessage,
+    TextArenaObservation,
+    TextArenaState,
+)
 
 __all__ = [
+    "MAX_MOVE_CHARS",
     "ObservationForm",
     "MoveVerdict",
     "TextArenaMessage",
@@ -25,19 +32,7 @@ __all__ = [
     "SudokuState",
 ]
 
-ObservationForm = Literal["cumulative", "compact"]
 MoveVerdict = Literal["valid", "invalid", "bad_format"]
-
-
-class TextArenaMessage(BaseModel):
-    """One message of the game transcript, as OpenEnv's TextArena server sends it."""
-
-    sender_id: int = Field(description="-1 for the game, else the player id")
-    content: str
-    category: str = Field(
-        description="TextArena's observation type name (PROMPT, GAME_BOARD, PLAYER_ACTION, "
-        "GAME_ADMIN) or MESSAGE for text already merged by a TextArena wrapper"
-    )
 
 
 class LastMove(BaseModel):
@@ -54,20 +49,20 @@ class LastMove(BaseModel):
     reason: str | None = Field(default=None, description="The game's reason for a refusal")
 
 
-class SudokuAction(Action):
+MAX_MOVE_CHARS = 8192
+"""Longest move message the server takes: the cumulative observation repeats every message of
+the episode, so an unbounded one would let a client inflate every later reply."""
+
+
+class SudokuAction(TextArenaAction):
     """A model reply; the game reads the first ``[row column digit]`` in it (1-based)."""
 
-    message: str
+    message: str = Field(max_length=MAX_MOVE_CHARS)
 
 
-class SudokuObservation(Observation):
+class SudokuObservation(TextArenaObservation):
     """What the agent sees after reset and after each step (see servers/sudoku/README.md)."""
 
-    prompt: str = Field(description="The game's instructions (see README for each form)")
-    messages: list[TextArenaMessage] = Field(default_factory=list)
-    current_player_id: int = 0
-    legal_players: list[int] = Field(default_factory=list)
-    info: dict[str, Any] = Field(default_factory=dict)
     # Structured fields (envsdk): the same facts the text carries, as data.
     board: list[list[int]] = Field(
         default_factory=list, description="9×9 board now, rows top to bottom, 0 = empty"
@@ -84,19 +79,11 @@ class SudokuObservation(Observation):
     end_reason: str | None = Field(default=None, description="Why the game ended, once done")
 
 
-class SudokuState(State):
-    """A Sudoku session's state: OpenEnv's TextArenaState fields (without the raw log) plus the
+class SudokuState(TextArenaState):
+    """A Sudoku session's state: OpenEnv's TextArenaState fields (``raw_state`` included), the
     seed, the board and the episode's options."""
 
     env_id: str = "Sudoku-v0"
-    num_players: int = 1
-    max_turns: int | None = None
-    turn: int = 0
-    last_reward: float = 0.0
-    last_info: dict[str, Any] = Field(default_factory=dict)
-    seed: int | None = Field(default=None, description="The seed that generated this board")
     board: list[list[int]] = Field(default_factory=list)
     initial_filled: int = 0
-    done: bool = False
     error_allowance: int = 1
-    observation_form: ObservationForm = "cumulative"

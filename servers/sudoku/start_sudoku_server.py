@@ -13,18 +13,9 @@ from collections.abc import Sequence
 
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
+from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
 
 __all__ = ["build_parser", "main"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _env_id(text: str) -> str:
@@ -50,14 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-concurrent-envs",
-        type=_positive_int,
+        type=positive_int,
         default=env.get("MAX_CONCURRENT_ENVS", "64"),
         help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once; must be >= "
         "num_generations x prompts rolled out concurrently, or trainers get CAPACITY_REACHED.",
     )
     parser.add_argument(
         "--board-workers",
-        type=_positive_int,
+        type=positive_int,
         default=env.get("SUDOKU_BOARD_WORKERS") or None,
         help="env var SUDOKU_BOARD_WORKERS (default min(4, CPUs)). Processes generating boards.",
     )
@@ -67,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
     parser.add_argument(
-        "--port", type=_positive_int, default=env.get("PORT", "8000"),
+        "--port", type=positive_int, default=env.get("PORT", "8000"),
         help="env var PORT (default 8000).",
     )
     parser.add_argument(
@@ -90,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
     # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     pool = BoardPool(workers=args.board_workers)
     app = create_sudoku_app(
         args.env_id, board_pool=pool, max_concurrent_envs=args.max_concurrent_envs
@@ -100,10 +91,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         pool.shutdown()
     return 0
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from envsdk.testing import free_port, stop_process
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 # Variables of the caller's shell that would change what the child serves.
-_SCRUBBED = ("HOST", "PORT", "MAX_CONCURRENT_ENVS", "ENVSDK_TOKEN")
+_SCRUBBED = ("HOST", "PORT", "MAX_CONCURRENT_ENVS", "ENVSDK_TOKEN", "ENVSDK_ALLOWED_HOSTS")
 
 
 @dataclass
@@ -41,18 +41,23 @@ class ServerProcess:
 
 def start_server(
     target: str, log_path: Path, *, port: int | None = None, args: Sequence[str] = (),
-    env: dict[str, str] | None = None, timeout_s: float = 30.0,
+    env: dict[str, str] | None = None, timeout_s: float = 30.0, module: str = "envsdk.cli",
+    preexec_fn: Callable[[], object] | None = None,
 ) -> ServerProcess:
-    """Start ``envsdk serve <target> --port <port> <args>`` and wait until /health answers."""
+    """Start ``envsdk serve <target> --port <port> <args>`` and wait until /health answers.
+
+    `module` other than ``envsdk.cli`` runs ``python -m <module> --port <port> <args>`` instead
+    (e.g. ``servers.sudoku``; `target` is then ignored); `preexec_fn` runs in the child before
+    it starts (e.g. to lower its resource limits)."""
     port = port or free_port()
     child_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
     child_env.update({"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), child_env.get("PYTHONPATH", "")]),
                       "ENVSDK_WEB": "0", **(env or {})})
     with open(log_path, "ab") as log:
+        command = ["serve", target] if module == "envsdk.cli" else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "envsdk.cli", "serve", target, "--port", str(port),
-             "--log-level", "warning", *args],
-            env=child_env, stdout=subprocess.DEVNULL, stderr=log,
+            [sys.executable, "-m", module, *command, "--port", str(port), "--log-level", "warning", *args],
+            env=child_env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=preexec_fn,
         )
     server = ServerProcess(proc, port, log_path)
     deadline = time.monotonic() + timeout_s

@@ -17,6 +17,7 @@ def test_health_metadata_and_schema_describe_the_server(serve_echo):
     url = serve_echo(max_concurrent_envs=3)
     assert httpx.get(url + "/health").json() == {
         "status": "healthy", "active_sessions": 0, "max_sessions": 3, "env_name": "EchoEnvironment",
+        "lane_threads": 0, "abandoned_threads": 0, "max_abandoned_threads": 64,
     }
     meta = httpx.get(url + "/metadata").json()
     assert meta["name"] == "EchoEnvironment" and meta["version"] and meta["description"]

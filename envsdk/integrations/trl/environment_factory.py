@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from envsdk.client.sync import background_loop
 from envsdk.env import Env, RolloutRequest
 from envsdk.registry import Registry, envs
+from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
 from envsdk.schedulers.gym import GYMScheduler
 from envsdk.schedulers.openenv import OpenEnvScheduler
@@ -189,15 +190,14 @@ class EpisodeEnvironment:
     @property
     def reward_components(self) -> dict[str, float]:
         """The numeric values of the episode's ``rollout_infos`` (Sudoku: its five components,
-        ``format_penalty`` and ``total_reward``)."""
+        ``format_penalty`` and ``total_reward``) and its named reward parts (``reward_parts``)."""
         trajectory = self.trajectory
         if trajectory is None:
             return {}
-        return {
-            k: float(v)
-            for k, v in trajectory.rollout_infos.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        infos = trajectory.rollout_infos
+        parts = infos.get(REWARD_PARTS)
+        merged = {**infos, **(parts if isinstance(parts, dict) else {})}
+        return {k: float(v) for k, v in merged.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def _release(self) -> None:
         if self._episode is not None:

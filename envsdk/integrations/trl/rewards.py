@@ -6,9 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envsdk.integrations.trl.environment_factory import EpisodeEnvironment
+from envsdk.rewards.base import is_rubric
+from envsdk.rewards.parts import REWARD_PARTS, part_names
+from envsdk.schedulers.sudoku import SUDOKU_COMPONENTS
 
 #: Sudoku's shaped reward components, as `SudokuScheduler` reports them in ``rollout_infos``.
-SUDOKU_REWARD_COMPONENTS: tuple[str, ...] = ("empty_cell", "valid_move", "repetition", "progress", "correct")
+SUDOKU_REWARD_COMPONENTS: tuple[str, ...] = SUDOKU_COMPONENTS
 
 
 def env_reward_func(completions: list[Any], env_reward: list[float | None] | None = None, **kwargs: Any) -> list[float | None]:
@@ -23,24 +26,35 @@ def env_reward_func(completions: list[Any], env_reward: list[float | None] | Non
     return [None if r is None else float(r) for r in env_reward]
 
 
-def reward_component_funcs(names: Sequence[str] = SUDOKU_REWARD_COMPONENTS) -> list[Callable[..., list[float | None]]]:
-    """One reward function per reward component, named after it, reading the component from
-    `make_rollout_func`'s fields or from the ``environments`` TRL passes with
-    ``environment_factory``. Give them weight 0.0 to log each component (``rewards/<name>/mean``)
-    without counting it twice in the reward."""
+def reward_component_funcs(names: Sequence[str] | Any = SUDOKU_REWARD_COMPONENTS) -> list[Callable[..., list[float | None]]]:
+    """One reward function per named reward part, named after it (TRL logs
+    ``rewards/<name>/mean``): any environment's parts, not only Sudoku's.
+
+    `names` is a sequence of part names, or a rubric (envsdk or OpenEnv), whose named parts
+    (``named_rubrics()`` paths, e.g. ``"progress"``, ``"code.syntax"``) are taken. A function
+    reads its part from `make_rollout_func`'s ``reward_parts`` field (the episode's value of
+    each part; None for a failed episode, 0.0 for a part the episode never scored) or, with
+    ``environment_factory``, from the ``environments`` TRL passes. Give them weight 0.0 to log
+    each part without counting it twice in the reward."""
+    wanted = part_names(names) if is_rubric(names) else [str(n) for n in names]
+    if not wanted:
+        raise ValueError("reward_component_funcs needs at least one part name (the rubric has no named parts)")
     funcs: list[Callable[..., list[float | None]]] = []
-    for name in names:
+    for name in wanted:
 
         def component(completions: list[Any], _name: str = name, **kwargs: Any) -> list[float | None]:
-            values = kwargs.get(_name)
-            if values is not None:
-                return [None if v is None else float(v) for v in values]
+            rows = kwargs.get(REWARD_PARTS)
+            if rows is not None:
+                return [None if parts is None else float(parts.get(_name, 0.0)) for parts in rows]
             environments = kwargs.get("environments")
             if environments is not None:
                 return [
                     e.reward_components.get(_name) if isinstance(e, EpisodeEnvironment) else None for e in environments
                 ]
-            raise ValueError(f"no reward component {_name!r}: neither a rollout field nor environments carry it")
+            raise ValueError(
+                f"no reward part {_name!r}: neither a `{REWARD_PARTS}` rollout field (make_rollout_func) nor "
+                "environments (environment_factory) carry it"
+            )
 
         component.__name__ = name
         component.__qualname__ = name

@@ -17,6 +17,7 @@ from envsdk.integrations.trl._common import (
 )
 from envsdk.integrations.trl.rewards import SUDOKU_REWARD_COMPONENTS
 from envsdk.policies.base import PolicyOutput
+from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
 from envsdk.schedulers.sudoku import SudokuScheduler
 
@@ -337,6 +338,7 @@ class EnvironmentRollout:
             "env_mask": [],
             "env_reward": [],
             "env_status": [],
+            REWARD_PARTS: [],
         }
         for name in self.components:
             out[name] = []
@@ -355,6 +357,8 @@ class EnvironmentRollout:
             out["env_reward"].append(None if failed else float(trajectory.total_reward))
             out["env_status"].append(trajectory.status)
             infos = trajectory.rollout_infos
+            parts = infos.get(REWARD_PARTS)
+            out[REWARD_PARTS].append(None if failed else dict(parts) if isinstance(parts, dict) else {})
             for name in self.components:
                 value = infos.get(name)
                 # An episode cut before its first step has no components yet: they are 0, as its total is.
@@ -417,10 +421,11 @@ def make_rollout_func(
       tokens, 0 on the environment's (kept in context, masked from the loss);
     * ``logprobs`` — the sampler's per-token logprobs (0.0 on environment tokens) with vLLM,
       None with the trainer's model;
-    * ``env_reward`` — the episode's ``total_reward``; ``env_status``; and each of
-      `components` (default: Sudoku's five for a `SudokuScheduler`) — for reward functions
-      (`env_reward_func`, `reward_component_funcs`). An episode that failed gets None (NaN:
-      left out of its group's baseline).
+    * ``env_reward`` — the episode's ``total_reward``; ``env_status``; ``reward_parts`` — the
+      episode's value of each named reward part (``rollout_infos["reward_parts"]``: any
+      environment's rubric parts, Sudoku's five), read by `reward_component_funcs`; and each
+      of `components` (default: Sudoku's five for a `SudokuScheduler`) as a field of its own.
+      An episode that failed gets None (NaN: left out of its group's baseline).
 
     The completion (model and environment tokens) is capped at the trainer's
     ``max_completion_length``; each model turn additionally at `max_turn_tokens`. At most

@@ -242,6 +242,7 @@
     $("done").textContent = String(Boolean(data.done));
     $("step-count").textContent = fmt(typeof obs.step === "number" ? obs.step : page.steps.length);
     showVerdict(obs.last_move);
+    showParts((data.metadata || {}).reward_components);
     $("obs-json").textContent = JSON.stringify(data, null, 2);
     if (isBoard(obs.board) && page.initialBoard) {
       $("board-block").hidden = false;
@@ -253,6 +254,25 @@
       // OpenEnvScheduler's default format_observation: the observation as JSON.
       $("model-view").textContent = JSON.stringify(obs);
     }
+  }
+
+  function showParts(parts) {
+    // Any environment's rubric parts (metadata.reward_components): name -> score, null = not evaluated.
+    const block = $("parts-block");
+    block.hidden = !parts || typeof parts !== "object";
+    if (block.hidden) return;
+    const body = document.createElement("tbody");
+    for (const [name, value] of Object.entries(parts)) {
+      const row = document.createElement("tr");
+      row.dataset.part = name;
+      const label = document.createElement("td");
+      label.textContent = name;
+      const cell = document.createElement("td");
+      cell.textContent = value === null ? "not evaluated" : fmt(value);
+      row.append(label, cell);
+      body.appendChild(row);
+    }
+    $("parts").replaceChildren(body);
   }
 
   function showVerdict(lastMove) {

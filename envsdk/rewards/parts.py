@@ -1,0 +1,134 @@
+"""Scoring a rubric with all its named parts, and where the parts travel.
+
+OpenEnv's server sends only a rubric's scalar. envsdk sends every named part too, in one
+field, ``REWARD_COMPONENTS`` (``"reward_components"``):
+
+* on the wire, in the observation's ``metadata`` (so both in the observation body and in the
+  frame's top-level ``metadata``, where OpenEnv 0.10 repeats it);
+* from a local `Env`, in the step's ``info``.
+
+Its value maps each named descendant's dotted path (``named_rubrics()``: ``"progress"``,
+``"code.syntax"``) to the score that part gave on this step, or None when the part was not
+evaluated on this step (e.g. after a `Sequential` stopped early). The rubric's own score is
+the step's reward when the environment says so (OpenEnv's ``obs.reward =
+self._apply_rubric(action, obs)``).
+
+Schedulers keep each step's parts (`StepRecord.components`) and give the episode's value of
+each part in ``rollout_infos["reward_parts"]``: the sum of its step values (steps where it
+was not evaluated add nothing), as an episode's reward is the sum of its step rewards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "REWARD_COMPONENTS",
+    "REWARD_PARTS",
+    "Scored",
+    "part_names",
+    "score",
+    "ascore",
+    "components_from",
+    "episode_parts",
+    "evaluated",
+]
+
+#: The metadata (wire) / info (local `Env`) key holding a step's named parts.
+REWARD_COMPONENTS = "reward_components"
+#: The ``rollout_infos`` key holding an episode's value of each named part.
+REWARD_PARTS = "reward_parts"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One evaluation: the rubric's score and each named part's score (None: not evaluated)."""
+
+    reward: float
+    parts: dict[str, float | None] = field(default_factory=dict)
+
+
+def part_names(rubric: Any) -> list[str]:
+    """The dotted paths of every named part of `rubric` (envsdk or OpenEnv), depth first."""
+    return [path for path, _ in rubric.named_rubrics()]
+
+
+def _clear(rubric: Any) -> list[tuple[str, Any]]:
+    # A part skipped this step would otherwise still show the score of an earlier step.
+    named = list(rubric.named_rubrics())
+    for _, part in named:
+        part.last_score = None
+    return named
+
+
+def _collect(named: list[tuple[str, Any]]) -> dict[str, float | None]:
+    return {path: None if part.last_score is None else float(part.last_score) for path, part in named}
+
+
+def score(rubric: Any, action: Any, observation: Any) -> Scored:
+    """Evaluate `rubric` synchronously and collect its parts.
+
+    `TypeError` when the rubric turns out to be async (an ``async def forward`` or an async
+    child, or an OpenEnv `Sequential` called inside a running event loop): use `ascore`.
+    """
+    named = _clear(rubric)
+    result = rubric(action, observation)
+    if hasattr(result, "__await__"):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(
+            f"{type(rubric).__name__} is async here (it returned a coroutine): score it with `await ascore(...)`"
+            " / `await self._apply_rubric_async(...)`"
+        )
+    return Scored(reward=float(result), parts=_collect(named))
+
+
+async def ascore(rubric: Any, action: Any, observation: Any) -> Scored:
+    """Evaluate `rubric` (sync or async) and collect its parts."""
+    named = _clear(rubric)
+    result = rubric(action, observation)
+    if hasattr(result, "__await__"):
+        result = await result
+    return Scored(reward=float(result), parts=_collect(named))
+
+
+def components_from(mapping: Mapping[str, Any] | None) -> dict[str, float | None] | None:
+    """The parts carried by an observation's ``metadata`` (or a local env's ``info``), or None
+    when it carries none. `ValueError` for a field that is not ``{str: number | None}``."""
+    if not mapping or REWARD_COMPONENTS not in mapping:
+        return None
+    value = mapping[REWARD_COMPONENTS]
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{REWARD_COMPONENTS} must be an object of name -> number, got {type(value).__name__}")
+    parts: dict[str, float | None] = {}
+    for name, part in value.items():
+        if part is None:
+            parts[str(name)] = None
+        elif isinstance(part, (int, float)) and not isinstance(part, bool) and math.isfinite(part):
+            parts[str(name)] = float(part)
+        else:
+            raise ValueError(f"{REWARD_COMPONENTS}[{name!r}] must be a finite number or null, got {part!r}")
+    return parts
+
+
+def episode_parts(steps: Iterable[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """An episode's value of each part from its steps' parts: the sum of the step values that
+    were evaluated; None for a part never evaluated."""
+    totals: dict[str, float | None] = {}
+    for parts in steps:
+        for name, value in parts.items():
+            if value is None:
+                totals.setdefault(name, None)
+            else:
+                previous = totals.get(name)
+                totals[name] = value if previous is None else previous + value
+    return totals
+
+
+def evaluated(parts: Mapping[str, float | None] | None) -> dict[str, float]:
+    """The parts that were evaluated (not None): what a step record keeps."""
+    return {name: value for name, value in (parts or {}).items() if value is not None}

@@ -1,0 +1,134 @@
+"""Serve any TextArena game over OpenEnv's protocol: ``python -m servers.textarena --help``.
+
+Configured like OpenEnv's TextArena server: every flag has an environment variable of the same
+meaning (``TEXTARENA_ENV_ID``, ``TEXTARENA_NUM_PLAYERS``, ``TEXTARENA_MAX_TURNS``,
+``MAX_CONCURRENT_ENVS``, ...; the flag wins), and each ``TEXTARENA_KW_<NAME>=value`` becomes the
+game's keyword argument ``name``. ``uvicorn servers.textarena.asgi:app`` serves the same app
+from the environment variables alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from envsdk.server.replicas import add_replica_arguments
+from servers.textarena.environment import check_env_id
+from servers.textarena.errors import TextArenaOptionError
+
+__all__ = ["build_parser", "main", "positive_int", "exit_on_sigterm"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _env_id(text: str) -> str:
+    try:
+        return check_env_id(text)
+    except TextArenaOptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; defaults come from the environment variables named in each help."""
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m servers.textarena",
+        description="Any TextArena game as an environment server (OpenEnv-compatible WebSocket /ws).",
+    )
+    parser.add_argument(
+        "--env-id", type=_env_id, default=env.get("TEXTARENA_ENV_ID", "Wordle-v0"),
+        help="env var TEXTARENA_ENV_ID (default Wordle-v0, as OpenEnv). The game served unless "
+        "a reset asks for another.",
+    )
+    parser.add_argument(
+        "--num-players", type=positive_int, default=env.get("TEXTARENA_NUM_PLAYERS", "1"),
+        help="env var TEXTARENA_NUM_PLAYERS (default 1; 2 for two-player games).",
+    )
+    parser.add_argument(
+        "--max-turns", type=positive_int, default=env.get("TEXTARENA_MAX_TURNS") or None,
+        help="env var TEXTARENA_MAX_TURNS (default none). Reported in the state, as OpenEnv "
+        "does; a game's own turn limit is its kwarg (TEXTARENA_KW_max_turns).",
+    )
+    parser.add_argument(
+        "--max-concurrent-envs", type=positive_int, default=env.get("MAX_CONCURRENT_ENVS", "64"),
+        help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once.",
+    )
+    parser.add_argument(
+        "--game-workers", type=positive_int, default=env.get("TEXTARENA_GAME_WORKERS") or None,
+        help="env var TEXTARENA_GAME_WORKERS (default min(4, CPUs)). Processes generating games.",
+    )
+    parser.add_argument(
+        "--host", default=env.get("HOST", "127.0.0.1"),
+        help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
+    )
+    parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
+    parser.add_argument(
+        "--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info)."
+    )
+    add_replica_arguments(parser, ports="ports --port .. --port+N-1")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, then serve until interrupted. A game that cannot run here (NLTK
+    data not installed, kwargs it refuses) exits with status 2 and one line saying why."""
+    args = build_parser().parse_args(argv)
+    if args.replicas > 1 or args.replicas_file:
+        return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
+    # Imported late so that --help and a bad env id answer without loading the server.
+    from envsdk.server import serve
+    from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
+    from servers.textarena.pool import GamePool
+
+    # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
+    # here, it still runs the `finally` below, so the game workers stop instead of orphaning.
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    pool = GamePool(workers=args.game_workers)
+    try:
+        try:
+            app = create_textarena_app(
+                args.env_id, num_players=args.num_players, max_turns=args.max_turns,
+                env_kwargs=env_kwargs_from_environ(), game_pool=pool,
+                max_concurrent_envs=args.max_concurrent_envs,
+            )
+        except TextArenaOptionError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        pool.shutdown()
+    return 0
+
+
+def exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM handler raising SystemExit, so the caller's ``finally`` blocks run."""
+    raise SystemExit(0)
+
+
+def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
+    from envsdk.server.replicas import serve_replicas, without_options
+
+    forwarded = without_options(argv)
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "servers.textarena", *forwarded, "--host", args.host, "--port", str(port)]
+
+    return serve_replicas(
+        command, args.replicas, host=args.host, first_port=args.port, replicas_file=args.replicas_file
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

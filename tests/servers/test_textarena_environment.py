@@ -1,0 +1,141 @@
+"""The TextArena session class and its parts called directly (no server)."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import nltk
+import pytest
+
+from envsdk.errors import EpisodeDoneError, NotResetError
+from servers.textarena import NltkDataMissing, TextArenaAction, TextArenaEnvironment
+from servers.textarena.app import parse_kwarg
+from servers.textarena.environment import GameRandom, jsonable
+from servers.textarena.nltk_data import forbid_downloads
+from servers.textarena.pool import GamePool
+from servers.textarena.start_textarena_server import main as cli_main
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[GamePool]:
+    games = GamePool(workers=1)
+    yield games
+    games.shutdown()
+
+
+async def test_step_before_reset_and_after_done_are_refused(pool: GamePool) -> None:
+    env = TextArenaEnvironment("GuessTheNumber-v0", game_pool=pool)
+    with pytest.raises(NotResetError):
+        await env.step(TextArenaAction(message="[1]"))
+    await env.reset(seed=1)
+    obs = await env.step(TextArenaAction(message="nonsense"))
+    while not obs.done:
+        obs = await env.step(TextArenaAction(message="nonsense"))
+    with pytest.raises(EpisodeDoneError) as refused:
+        await env.step(TextArenaAction(message="[1]"))
+    assert refused.value.code == "EPISODE_DONE"
+
+
+async def test_an_unseeded_reset_reports_a_seed_that_replays_the_episode(pool: GamePool) -> None:
+    env, replay = TextArenaEnvironment("2048-v0", game_pool=pool), TextArenaEnvironment("2048-v0", game_pool=pool)
+    first = await env.reset()
+    seed = env.state.seed
+    assert isinstance(seed, int)
+    assert await replay.reset(seed=seed) == first
+    for move in ("[Up]", "[Left]", "[Down]", "[Right]") * 3:
+        assert await env.step(TextArenaAction(message=move)) == await replay.step(TextArenaAction(message=move))
+
+
+async def test_game_calls_leave_the_process_wide_generators_alone(pool: GamePool) -> None:
+    env = TextArenaEnvironment("Blackjack-v0", game_pool=pool)
+    random.seed(99)
+    before = random.getstate()
+    await env.reset(seed=5)
+    await env.step(TextArenaAction(message="[Hit]"))
+    assert random.getstate() == before
+
+
+def test_game_random_keeps_each_sessions_stream_apart() -> None:
+    one, two = GameRandom(), GameRandom()
+    random.seed(1)
+    with one.lease():
+        random.seed(7)
+        a = random.random()
+    with two.lease():
+        random.seed(7)
+    with one.lease():
+        b = random.random()
+    reference = random.Random(7)
+    assert (a, b) == (reference.random(), reference.random())
+
+
+def test_jsonable_turns_any_game_state_into_json_values() -> None:
+    import textarena as ta
+
+    state: dict[str, Any] = {"letters": {"b", "a"}, "pair": (1, 2), "kind": ta.ObservationType.PROMPT, 3: object}
+    out = jsonable(state)
+    assert out["letters"] == ["a", "b"] and out["pair"] == [1, 2] and out["kind"] == "PROMPT"
+    assert out["3"].startswith("<class")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("true", True), ("False", False), ("30", 30), ("0.5", 0.5), ("red", "red")]
+)
+def test_textarena_kw_values_are_parsed_as_literals(text: str, value: Any) -> None:
+    assert parse_kwarg(text) == value
+
+
+def test_nltk_download_is_a_local_lookup_that_never_touches_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_network(*args: Any) -> None:
+        raise AssertionError("a network connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    forbid_downloads()
+    with pytest.raises(NltkDataMissing, match="not installed: no-such-corpus"):
+        nltk.download("no-such-corpus")
+
+
+def test_the_launcher_refuses_an_unknown_game_id(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["--env-id", "NoSuchGame-v0"])
+    assert exited.value.code == 2
+    assert "Unknown TextArena env id 'NoSuchGame-v0'" in capsys.readouterr().err
+
+
+async def test_sudoku_is_the_specialisation_and_sends_raw_state() -> None:
+    from servers.sudoku import BoardPool, SudokuAction, SudokuEnvironment
+
+    boards = BoardPool(workers=1)
+    try:
+        env = SudokuEnvironment("Sudoku-v0-very-easy", board_pool=boards)
+        assert isinstance(env, TextArenaEnvironment)
+        obs = await env.reset(seed=4)
+        await env.step(SudokuAction(message="[1 1 1]"))
+        raw = env.state.raw_state
+        assert raw["game_state"]["board"] and any("[1 1 1]" in text for _, text in raw["logs"])
+        assert obs.board and env.state.board  # the structured fields stay
+    finally:
+        boards.shutdown()
+
+
+def test_the_game_cache_is_bounded_in_bytes() -> None:
+    import time
+
+    games = GamePool(workers=1, cache_bytes=1)  # any two cached games are over the bound
+    try:
+        first = games.submit("GuessTheNumber-v0", {}, 1, 1)
+        first.result(timeout=60)
+        second = games.submit("GuessTheNumber-v0", {}, 1, 2)
+        second.result(timeout=60)
+        deadline = time.monotonic() + 10
+        while games.submit("GuessTheNumber-v0", {}, 1, 1) is first and time.monotonic() < deadline:
+            time.sleep(0.05)  # the size is recorded by a callback right after the result
+        assert games.submit("GuessTheNumber-v0", {}, 1, 1) is not first
+        assert games.submit("GuessTheNumber-v0", {}, 1, 2) is not second  # evicted by the re-run
+    finally:
+        games.shutdown()
