@@ -47,6 +47,7 @@ def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_p
     assert last - first + 1 == 64
     before, after = summary["before"], summary["after"]
     gain = after["success_rate"] - before["success_rate"]
+    print(f"learn_cpu summary: {json.dumps(summary)}")  # shown with -s: the measured gain
     assert gain >= MIN_GAIN, f"no learning beyond the noise: {summary}"
     # Reward 1 is success here, so the mean reward moves with it.
     assert after["mean_reward"] == pytest.approx(after["success_rate"])
@@ -55,7 +56,7 @@ def test_grpo_through_the_server_raises_the_success_rate_on_held_out_seeds(tmp_p
     for phase in ("before", "after"):
         records = [json.loads(line) for line in (out / phase / "completions.jsonl").read_text().splitlines()]
         assert sorted(r["seed"] for r in records) == list(range(first, last + 1))
-        assert sum(r["success"] for r in records) / len(records) == pytest.approx(summary[phase]["success_rate"])
+        assert sum(r["success"] for r in records) / len(records) == pytest.approx(summary[phase]["success_rate"], abs=1e-4)
     # Every training episode is logged with its step; the reward curve and the comparison exist.
     steps = {json.loads(line)["global_step"] for line in (out / "train" / "completions.jsonl").read_text().splitlines()}
     assert steps == set(range(1, 81))
