@@ -29,6 +29,7 @@ _LAZY = {
     "ServerConfig": "envsdk.server",
     "EnvClient": "envsdk.client",
     "OpenEnvWrapper": "envsdk.client",
+    "EnvPool": "envsdk.client.pool",
 }
 
 __all__ = [

@@ -29,12 +29,12 @@ import typing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvNotFoundError, EnvSDKError
-from envsdk.registry import PluginLoadError, envs, import_object, load_plugin, load_plugins
+from envsdk.policies.scripted import GENERIC_REPLIES
+from envsdk.registry import PluginLoadError, envs, import_spec, load_plugins
 from envsdk.types import Action, Observation, State
 
 __all__ = [
@@ -65,20 +65,8 @@ RULES: dict[str, str] = {
     "close.idempotent": "close must succeed when called twice",
 }
 
-#: Replies the checker plays when none are given: a mix of common action formats, so that many
-#: text environments see some valid moves and episodes end.
-DEFAULT_REPLIES: tuple[str, ...] = (
-    "<action>up</action>",
-    "<action>down</action>",
-    "<action>left</action>",
-    "<action>right</action>",
-    "right",
-    "down",
-    "[1 1 1]",
-    "done",
-    "hello",
-    "",
-)
+#: Replies the checker plays when none are given: the generic random policy's.
+DEFAULT_REPLIES: tuple[str, ...] = GENERIC_REPLIES
 
 _EPISODE_ID = "check-env-episode"
 
@@ -216,16 +204,23 @@ async def _check_local_env(
 
     env, twin = env_cls(dict(env_config)), env_cls(dict(env_config))
     guard = _GlobalRandomGuard()
-    observation, _, system_message = _check_env_reset(await _call("reset.returns", "reset", env.reset, request()))
+    observation, info, system_message = _check_env_reset(await _call("reset.returns", "reset", env.reset, request()))
     report.passed.append("reset.returns")
     guard.check("reset")
 
-    twin_observation, _, twin_system = _check_env_reset(await _call("reset.returns", "reset", twin.reset, request()))
+    twin_observation, twin_info, twin_system = _check_env_reset(
+        await _call("reset.returns", "reset", twin.reset, request())
+    )
     if (twin_observation, twin_system) != (observation, system_message):
         _fail(
             "reset.seed_determinism",
             f"two instances reset with seed {seed} gave {_describe(observation)} and"
             f" {_describe(twin_observation)}",
+        )
+    if twin_info != info:
+        _fail(
+            "reset.seed_determinism",
+            f"two instances reset with seed {seed} gave the infos {_describe(info)} and {_describe(twin_info)}",
         )
     report.passed.append("reset.seed_determinism")
 
@@ -235,7 +230,7 @@ async def _check_local_env(
     finally:
         await asyncio.gather(*(e.close() for e in crowd), return_exceptions=True)
     firsts = [_check_env_reset(out) for out in outs]
-    differing = sum(1 for out in firsts if (out[0], out[2]) != (observation, system_message))
+    differing = sum(1 for out in firsts if out != (observation, info, system_message))
     _check_concurrent_resets(differing, concurrency, seed, report)
 
     rng = random.Random(seed)
@@ -287,16 +282,28 @@ async def _check_local_env(
 # ------------------------------------------------------------------- Environment (server side)
 
 
-def _action_type_of(env: Environment[Any, Any, Any]) -> type[Action] | None:
-    """The `Action` subclass named in ``Environment[ActionType, …]`` among the class's bases."""
+def _step_types(env: Environment[Any, Any, Any]) -> tuple[type[Action] | None, type[Observation] | None]:
+    """(action type, observation type) of an environment: the annotations of its ``step``
+    (``def step(self, action: MyAction) -> MyObservation``, as the README writes it), else the
+    arguments of ``Environment[MyAction, MyObservation, …]`` among its bases."""
+    action: Any = None
+    observation: Any = None
+    try:
+        hints = typing.get_type_hints(type(env).step)
+    except Exception:  # unresolvable annotations: fall back to the generic arguments
+        hints = {}
+    action, observation = hints.get("action"), hints.get("return")
     for klass in type(env).__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
             origin = typing.get_origin(base)
             if isinstance(origin, type) and issubclass(origin, Environment):
                 args = typing.get_args(base)
-                if args and isinstance(args[0], type) and issubclass(args[0], Action):
-                    return args[0]
-    return None
+                action = action if action is not None else (args[0] if args else None)
+                observation = observation if observation is not None else (args[1] if len(args) > 1 else None)
+    return (
+        action if isinstance(action, type) and issubclass(action, Action) else None,
+        observation if isinstance(observation, type) and issubclass(observation, Observation) else None,
+    )
 
 
 def _sample_action(action_type: type[Action], rng: random.Random, replies: Sequence[str]) -> Action | None:
@@ -393,16 +400,22 @@ async def _check_server_environment(
 
     report.passed.append("no_global_random")  # reset checked above; steps are checked below
 
-    action_type = _action_type_of(env)
+    action_type, observation_type = _step_types(env)
     rng = random.Random(seed)
     done = False
+    played: list[Action] = []
     if action_type is None or _sample_action(action_type, random.Random(seed), replies) is None:
-        reason = "the action type is unknown or has fields the checker cannot fill"
+        reason = (
+            "the action type is unknown (annotate `def step(self, action: MyAction) -> MyObservation`)"
+            " or has fields the checker cannot fill"
+        )
         for rule in ("step.returns", "step.seed_determinism", "step.after_done_refused"):
             report.skipped[rule] = reason
     else:
         for _ in range(max_steps):
             action = _sample_action(action_type, rng, replies)
+            assert action is not None  # every field was fillable for the first sample
+            played.append(action)
             guard = _GlobalRandomGuard()
             obs = _check_observation("step.returns", await _call("step.returns", "step", env.step, action), "step")
             guard.check("step")
@@ -419,9 +432,13 @@ async def _check_server_environment(
                 break
         report.passed += ["step.returns", "step.seed_determinism"]
         report.episode_done = done
-        # The server refuses steps after `done` for every Environment (EPISODE_DONE), so an
-        # Environment need not refuse them itself.
-        report.skipped["step.after_done_refused"] = "enforced by the envsdk server for Environments"
+        if not done:
+            report.skipped["step.after_done_refused"] = f"no episode ended within {max_steps} steps"
+        elif observation_type is None:
+            report.skipped["step.after_done_refused"] = "the observation type is unknown (annotate step's return)"
+        else:
+            await _check_served_after_done(factory, action_type, observation_type, seed, played)
+            report.passed.append("step.after_done_refused")
 
     try:
         for instance in (env, twin):
@@ -430,6 +447,32 @@ async def _check_server_environment(
     except Exception as exc:
         _fail("close.idempotent", f"the second close raised {type(exc).__name__}: {exc}")
     report.passed.append("close.idempotent")
+
+
+async def _check_served_after_done(
+    factory: Callable[[], Any], action_type: type[Action], observation_type: type[Observation],
+    seed: int, played: Sequence[Action],
+) -> None:
+    """Replay the ended episode through an envsdk server (in this process, no socket) and check
+    that one more step is refused: an Environment need not refuse it itself, its server does."""
+    from envsdk.client import EnvClient
+    from envsdk.client.transports import InProcessTransport
+    from envsdk.errors import EpisodeDoneError
+    from envsdk.server import create_app
+
+    app = create_app(factory, action_type, observation_type, max_concurrent_envs=1, web=False)
+    async with InProcessTransport(app) as transport:
+        async with EnvClient("http://check-env", transport=transport) as client:
+            await client.reset(seed=seed, episode_id=_EPISODE_ID)
+            for action in played:
+                result = await client.step(action.model_dump(exclude={"metadata"}))
+            if not result.done:
+                _fail("step.seed_determinism", "replayed through a server, the episode did not end")
+            try:
+                after = await client.step(played[-1].model_dump(exclude={"metadata"}))
+            except EpisodeDoneError:
+                return
+            _fail("step.after_done_refused", f"the served env answered {_describe(after)}")
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -496,18 +539,9 @@ def resolve_target(spec: str) -> Any:
     Raises `EnvNotFoundError` for an unknown name (listing the known ones), `ImportError` for an
     unknown module or attribute, `PluginLoadError` for a file that is missing or fails to import.
     """
-    if spec in envs:
+    if spec in envs or ":" not in spec:
         return envs[spec]
-    module_part, sep, attribute = spec.rpartition(":")
-    if not sep:
-        return envs[spec]
-    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        module = load_plugin(Path(module_part))
-        try:
-            return getattr(module, attribute)
-        except AttributeError:
-            raise ImportError(f"{module_part} defines no {attribute!r}") from None
-    return import_object(spec)
+    return import_spec(spec)
 
 
 def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ subcommand by appending one ``(name, add_parser)`` pair.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import typing
@@ -24,25 +23,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envsdk.env import Environment
+from envsdk.errors import EnvSDKError
 
 __all__ = ["main", "COMMANDS", "import_target"]
 
 
 def import_target(spec: str) -> Any:
-    """The object named by ``"package.module:attribute"`` (dots after ':' walk attributes)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise SystemExit(f"error: expected 'module:attribute', got {spec!r}")
+    """The object named by ``"package.module:attribute"`` or ``"path/file.py:attribute"``
+    (`envsdk.registry.import_spec`); a `SystemExit` with one line when it cannot be imported."""
+    from envsdk.registry import PluginLoadError, import_spec
+
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"error: cannot import module {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SystemExit(f"error: module {module_name!r} has no attribute {attr!r}") from None
-    return obj
+        return import_spec(spec)
+    except (ImportError, PluginLoadError) as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _step_types(env_class: type) -> tuple[Any, Any]:
@@ -71,6 +65,16 @@ def _build_app(args: argparse.Namespace) -> Any:
         raise SystemExit(f"error: {args.target!r} is neither an app nor an environment factory")
     is_env_class = isinstance(target, type) and issubclass(target, Environment)
     if not is_env_class and not isinstance(target, type) and _is_asgi_app(target):
+        built = getattr(getattr(target, "state", None), "envsdk_config", None)
+        capacity = getattr(built, "max_concurrent_envs", None)
+        wanted = args.max_concurrent_envs
+        if wanted is not None and capacity is not None and capacity != wanted:
+            # The app fixed its capacity when it was built: say so rather than serve another one.
+            raise SystemExit(
+                f"error: {args.target} is an app already built with max_concurrent_envs="
+                f"{capacity}; --max-concurrent-envs {wanted} cannot change it: pass it to "
+                "create_app(...), or serve the environment class (module:MyEnv) instead"
+            )
         return target
     env_class = target if is_env_class else _returned_env_class(target)
     inferred_action, inferred_obs = _step_types(env_class) if env_class is not None else (None, None)
@@ -112,7 +116,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def _add_serve(subparsers: Any) -> None:
     parser = subparsers.add_parser("serve", help="serve an environment over WebSocket and HTTP")
-    parser.add_argument("target", help="module:EnvClass, module:factory or module:app")
+    parser.add_argument(
+        "target", help="module:EnvClass, module:factory or module:app (or path/file.py:...)"
+    )
     parser.add_argument("--host", default=None, help="bind address (default: $HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default: $PORT or 8000)")
     parser.add_argument(
@@ -122,15 +128,9 @@ def _add_serve(subparsers: Any) -> None:
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
-    parser.add_argument(
-        "--no-web", action="store_true",
-        help="do not serve the web page at /web (same as ENVSDK_WEB=0)",
-    )
-    parser.add_argument(
-        "--token", default=None,
-        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
-        "prefer the variable: a command line is visible to other users in `ps`)",
-    )
+    from envsdk.server.config import add_access_arguments
+
+    add_access_arguments(parser)
     parser.add_argument(
         "--allowed-hosts", default=None,
         help="comma-separated Host names served ('*.example.com' wildcards, '*' any; default: "
@@ -190,7 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_parser(subparsers)
     args = parser.parse_args(argv)
     args.command_line = list(argv) if argv is not None else sys.argv[1:]
-    return int(args.func(args))
+    # `module:Name` targets, policies and plugins are looked up in the current folder first, as
+    # `python -m` and uvicorn do; a console script alone would not see it.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return int(args.func(args))
+    except EnvSDKError as exc:
+        # Typed errors are the user's to fix: one line, no traceback.
+        print(f"envsdk {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The wire protocol: every frame that travels over `/ws`, in one module.
 
 Frames are JSON text, one request gets exactly one reply, in order. The shapes are OpenEnv's
-(see DESIGN.md, "Protocol"), so an OpenEnv client works against an envsdk server and the
+(its ``/ws`` frames and error codes), so an OpenEnv client works against an envsdk server and the
 envsdk client works against an OpenEnv server. envsdk's extensions are opt-in and never sent
 to a peer that did not ask for them:
 
@@ -334,10 +334,12 @@ def validate_model(model: type[_M], data: Any) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        details: dict[str, Any] = {"errors": validation_errors(exc)}
+        errors = validation_errors(exc)
+        details: dict[str, Any] = {"errors": errors}
         if exc.error_count() > MAX_REPORTED_ERRORS:
             details["errors_omitted"] = exc.error_count() - MAX_REPORTED_ERRORS
-        raise FrameError(ErrorCode.VALIDATION_ERROR, "Invalid message", **details) from None
+        # The sentence a user reads first names the wrong fields; the list is OpenEnv's.
+        raise FrameError(ErrorCode.VALIDATION_ERROR, validation_message("Invalid message", errors), **details) from None
 
 
 @functools.cache
@@ -355,6 +357,14 @@ def extra_key_error(key: str, value: Any, loc: tuple[str, ...] = ()) -> dict[str
         "msg": "Extra inputs are not permitted",
         "input": shorten_input(value),
     }
+
+
+def validation_message(prefix: str, errors: list[dict[str, Any]]) -> str:
+    """`prefix` followed by which fields are wrong, e.g. ``"Invalid action: message: Field
+    required"`` (at most three, then how many more): the sentence a user reads first."""
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ())) or '(message)'}: {e.get('msg', '')}" for e in errors[:3]]
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return f"{prefix}: {'; '.join(parts)}{more}" if parts else prefix
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:

@@ -8,12 +8,21 @@ ms-swift's convention, kept as is: a plugin file registers its classes on import
 and is loaded with ``--external-plugins path/to/plugin.py`` (`load_plugins`). Built-ins are
 registered by import path and loaded on first lookup, so ``envs["frozen_lake"]`` works without
 importing `envsdk.envs` first and `import envsdk.registry` stays cheap.
+
+An installed package registers its envs (or schedulers) without any plugin flag through an
+entry point in the ``envsdk.envs`` (``envsdk.schedulers``) group, in its ``pyproject.toml``::
+
+    [project.entry-points."envsdk.envs"]
+    my_env = "my_package.env:MyEnv"
+
+Entry points are read on the first lookup of a name that is not registered otherwise.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Iterable, Iterator, MutableMapping
@@ -23,7 +32,9 @@ from typing import Any, Generic, TypeVar
 
 from envsdk.errors import EnvNotFoundError, EnvSDKError
 
-__all__ = ["Registry", "PluginLoadError", "envs", "schedulers", "load_plugins", "import_object"]
+__all__ = [
+    "Registry", "PluginLoadError", "envs", "schedulers", "load_plugins", "import_object", "import_spec",
+]
 
 T = TypeVar("T")
 
@@ -47,23 +58,65 @@ def import_object(spec: str) -> Any:
         raise ImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
 
 
+def import_spec(spec: str) -> Any:
+    """The object named by ``"package.module:attr"`` or ``"path/to/file.py:attr"`` (dots after
+    ':' walk attributes); a module is looked up on ``sys.path`` (the ``envsdk`` command puts the
+    current folder first, as ``python -m`` does). Raises `ImportError` (one line
+    naming what is missing) or `PluginLoadError` (a file that raised while imported)."""
+    module_part, sep, attribute = spec.rpartition(":")
+    if not sep or not module_part or not attribute:
+        raise ImportError(f"expected 'module:attribute' or 'file.py:attribute', got {spec!r}")
+    module: Any
+    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
+        module = load_plugin(Path(module_part))
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_part.startswith(exc.name):
+                raise ImportError(
+                    f"cannot import {module_part!r}: no module named {exc.name!r} in {Path.cwd()} or on"
+                    " the Python path (run from the folder that holds it, or name the file: path/to/file.py:Name)"
+                ) from None
+            raise ImportError(f"cannot import {module_part!r}: {exc}") from None
+    obj = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{module_part} has no attribute {attribute!r}") from None
+    return obj
+
+
 class Registry(MutableMapping[str, T], Generic[T]):
     """A name -> class mapping whose failed lookups say which names exist.
 
     `builtins` maps names to ``"module:attribute"`` import paths resolved on first lookup; an
-    explicit assignment of the same name wins over a built-in.
+    explicit assignment of the same name wins over a built-in. Names from the entry-point group
+    `entry_points` (read once, when a name is first missed or the names are listed) come last.
     """
 
-    def __init__(self, kind: str, builtins: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, builtins: dict[str, str] | None = None, entry_points: str | None = None) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
         self._lazy: dict[str, str] = dict(builtins or {})
+        self._group = entry_points
+
+    def _read_entry_points(self) -> None:
+        group, self._group = self._group, None
+        if group is None:
+            return
+        for point in importlib.metadata.entry_points(group=group):
+            if point.name not in self._items and point.name not in self._lazy:
+                self._lazy[point.name] = point.value
 
     def __getitem__(self, name: str) -> T:
+        if name not in self._items and name not in self._lazy:
+            self._read_entry_points()
         if name in self._items:
             return self._items[name]
         if name in self._lazy:
-            value: T = import_object(self._lazy.pop(name))
+            value: T = import_spec(self._lazy.pop(name))
             self._items[name] = value
             return value
         known = ", ".join(sorted(self)) or "none"
@@ -88,12 +141,16 @@ class Registry(MutableMapping[str, T], Generic[T]):
             raise EnvNotFoundError(f"no {self.kind} named {name!r} is registered")
 
     def __iter__(self) -> Iterator[str]:
+        self._read_entry_points()
         return iter([*self._items, *(n for n in self._lazy if n not in self._items)])
 
     def __len__(self) -> int:
+        self._read_entry_points()
         return len(self._items) + sum(1 for n in self._lazy if n not in self._items)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._items and name not in self._lazy:
+            self._read_entry_points()
         return name in self._items or name in self._lazy
 
     def __repr__(self) -> str:
@@ -108,6 +165,7 @@ envs: Registry[Any] = Registry(
         # Any remote server as an Env: rows say {"name": "remote", "base_url": ...}.
         "remote": "envsdk.adapters:RemoteEnv",
     },
+    entry_points="envsdk.envs",
 )
 #: Multi-turn schedulers by name.
 schedulers: Registry[Any] = Registry(
@@ -117,6 +175,7 @@ schedulers: Registry[Any] = Registry(
         "openenv": "envsdk.schedulers.openenv:OpenEnvScheduler",
         "sudoku": "envsdk.schedulers.sudoku:SudokuScheduler",
     },
+    entry_points="envsdk.schedulers",
 )
 
 

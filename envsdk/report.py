@@ -1,12 +1,12 @@
 """``envsdk report completions.jsonl``: plots of a file of trajectories, and an HTML page of them.
 
-Reads the records `TrajectoryWriter` writes (`Trajectory.to_dict`, one JSON object a line) and
-writes, into an output folder (default: ``<file stem>_report/`` beside the file):
+Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line, as
+`envsdk rollout --out` writes them) and writes, into an output folder (default:
+``<file stem>_report/`` beside the file):
 
 * ``total_reward.png`` — the distribution of the episodes' total reward;
-* ``components.png`` — the distribution of each episode-level component (the numeric scalars a
-  scheduler put in ``rollout_infos``, as `envsdk rollout` summarises them; Sudoku: the five
-  reward parts, ``format_penalty`` and ``cells_filled``);
+* ``components.png`` — the distribution of each reward component's episode value (the record's
+  ``reward_components``; Sudoku: its five parts);
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
 * ``training.png`` — only for files from training (records with a ``global_step`` or ``step``
   number): mean total reward (with min–max band), success rate and mean components per step;
@@ -36,7 +36,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from envsdk.rewards.parts import REWARD_PARTS
+from envsdk.records import RecordError, check_record, quantile
 
 __all__ = [
     "ReportError",
@@ -75,30 +75,26 @@ def _number(value: Any) -> float | None:
 
 
 def _episode(record: Any, where: str) -> Episode:
-    if not isinstance(record, dict):
-        raise ReportError(f"{where}: expected a JSON object (a trajectory record), got {type(record).__name__}")
-    total = _number(record.get("total_reward"))
-    if total is None:
-        raise ReportError(
-            f"{where}: no numeric 'total_reward'; expected records written by envsdk's "
-            "TrajectoryWriter (envsdk rollout --out, completions.jsonl)"
-        )
-    infos = record.get("rollout_infos")
+    try:
+        checked = check_record(record, where)
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
     components: dict[str, float] = {}
-    if isinstance(infos, dict):
-        # The episode's named reward parts (any environment's rubric) sit beside the scalars.
-        parts = infos.get(REWARD_PARTS)
-        for key, value in {**infos, **(parts if isinstance(parts, dict) else {})}.items():
-            number = _number(value)
-            if key != "total_reward" and number is not None:
-                components[key] = number
-    step = next((s for s in (_number(record.get(k)) for k in _STEP_KEYS) if s is not None), None)
-    turns = _number(record.get("turns"))
+    for name, component in checked["reward_components"].items():
+        number = _number(component.get("value"))
+        if number is not None:
+            components[str(name)] = number
+    given = checked.get("infos")
+    infos: dict[str, Any] = given if isinstance(given, dict) else {}
+    step = next(
+        (s for s in (_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
+    )
+    turns = _number(checked.get("turns"))
     return Episode(
-        total_reward=total,
-        success=bool(record.get("success", False)),
-        status=str(record.get("status", "unknown")),
-        turns=int(turns) if turns is not None else len(record.get("steps") or []),
+        total_reward=float(checked["total_reward"]),
+        success=bool(checked.get("success", False)),
+        status=str(checked.get("status", "unknown")),
+        turns=int(turns) if turns is not None else 0,
         components=components,
         training_step=step,
     )
@@ -239,13 +235,6 @@ def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None
 # ---------------------------------------------------------------- page
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def _html(source: Path, episodes: list[Episode], names: list[str], plots: dict[str, Path]) -> str:
     successes = sum(e.success for e in episodes)
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(Counter(e.status for e in episodes).items()))
@@ -253,13 +242,13 @@ def _html(source: Path, episodes: list[Episode], names: list[str], plots: dict[s
     rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
     rows.append(("turns", [float(e.turns) for e in episodes]))
     table = "\n".join(
-        f"<tr><td>{html.escape(name)}</td><td>{fmean(v):.3f}</td><td>{_quantile(v, 0.5):.3f}</td>"
-        f"<td>{_quantile(v, 0.9):.3f}</td><td>{min(v):.3f}</td><td>{max(v):.3f}</td></tr>"
+        f"<tr><td>{html.escape(name)}</td><td>{fmean(v):.3f}</td><td>{quantile(v, 0.5):.3f}</td>"
+        f"<td>{quantile(v, 0.9):.3f}</td><td>{min(v):.3f}</td><td>{max(v):.3f}</td><td>{len(v)}</td></tr>"
         for name, v in rows
     )
     captions = {
         "total_reward": "Total reward per episode",
-        "components": "Components per episode (rollout_infos)",
+        "components": "Reward components per episode",
         "episodes": "How episodes ended; turns per episode",
         "training": "Curves over training steps",
     }
@@ -288,7 +277,7 @@ figcaption {{ color: #667085; }}
 <p>episodes <b>{len(episodes)}</b> · success rate <b>{successes / len(episodes):.1%}</b> ({successes}/{len(episodes)})
  · statuses {html.escape(statuses)}</p>
 <table>
-<thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th></tr></thead>
+<thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th><th>n</th></tr></thead>
 <tbody>
 {table}
 </tbody>

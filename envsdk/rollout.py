@@ -1,9 +1,12 @@
 """Rollouts from the command line: ``envsdk rollout --env sudoku --policy oracle --episodes 64``.
 
-`run_rollouts` runs N episodes (seeds S..S+N-1) of one environment with one policy, writes
-every trajectory to ``completions.jsonl`` as it finishes, shows a progress bar, and returns the
-trajectories with a `RolloutSummary`. Without a base URL it starts what it needs itself: the
-Sudoku server in a background uvicorn on a free 127.0.0.1 port, or a local `Env` in-process.
+`run_rollouts` runs N episodes (seeds S..S+N-1) of one environment with one policy;
+`run_batches` runs dataset rows (`load_dataset`: ms-swift's ``messages`` + ``env_config``), one
+batch per environment. Both write every trajectory to ``completions.jsonl`` as it finishes
+(`envsdk.records`), show a progress bar, and return the trajectories with a `RolloutSummary`.
+Without a base URL they start what they need themselves: the Sudoku server in a background
+uvicorn on a free 127.0.0.1 port, or a local `Env` in-process. The command checks servers,
+token, capacity and the inference endpoint first (`envsdk.preflight`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import difflib
+import inspect
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -23,7 +29,8 @@ from typing import Any
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
-from envsdk.rewards.parts import REWARD_PARTS
+from envsdk.policies import POLICY_NAMES
+from envsdk.records import RecordForm, episode_components, quantile
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -40,6 +47,12 @@ __all__ = [
     "summarize",
     "make_scheduler",
     "make_requests",
+    "load_dataset",
+    "DatasetError",
+    "UsageError",
+    "Batch",
+    "check_env_name",
+    "run_batches",
     "run_rollouts",
     "add_rollout_parser",
     "rollout_command",
@@ -49,31 +62,25 @@ __all__ = [
 SUDOKU = "sudoku"
 # One server's base URL, or several (a pool; a string may also name a pool or a replicas file).
 BaseUrls = str | list[str]
-_POLICIES = ("oracle", "random", "openai", "transformers")
 
 
 # ---------------------------------------------------------------- summary
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of a non-empty sequence."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class Stat:
+    """Mean, median and p90 (nearest rank) of `n` values."""
+
     mean: float
     p50: float
     p90: float
+    n: int = 0
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Stat:
         if not values:
-            return cls(math.nan, math.nan, math.nan)
-        return cls(sum(values) / len(values), _quantile(values, 0.5), _quantile(values, 0.9))
+            return cls(math.nan, math.nan, math.nan, 0)
+        return cls(sum(values) / len(values), quantile(values, 0.5), quantile(values, 0.9), len(values))
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ class RolloutSummary:
         return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def render(self) -> str:
-        """A plain-text table."""
+        """A plain-text table; ``n`` is how many episodes each row is computed over."""
         statuses = ", ".join(f"{k}={v}" for k, v in sorted(self.statuses.items()))
         errors = ", ".join(f"{k}={v}" for k, v in sorted(self.errors.items())) or "none"
         lines = [
@@ -109,28 +116,29 @@ class RolloutSummary:
             f"{'steps':<16}{self.steps} in {self.elapsed_s:.2f} s ({self.steps_per_s:.1f} steps/s)",
             f"{'errors':<16}{errors}",
             "",
-            f"{'':<16}{'mean':>10}{'p50':>10}{'p90':>10}",
+            f"{'':<16}{'mean':>10}{'p50':>10}{'p90':>10}{'n':>6}",
         ]
-        rows = [("total_reward", self.total_reward), *sorted(self.components.items()), ("turns", self.turns)]
+        rows = [("total_reward", self.total_reward), ("turns", self.turns)]
         for name, stat in rows:
-            lines.append(f"{name:<16}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}")
+            lines.append(f"{name:<16}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}{stat.n:>6}")
+        if self.components:
+            lines.append(f"reward components ({len(self.components)}):")
+            for name, stat in sorted(self.components.items()):
+                lines.append(f"  {name:<14}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}{stat.n:>6}")
         return "\n".join(lines)
 
 
 def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
 
-    Components are the numeric scalars a scheduler put in ``rollout_infos`` and the episode's
-    named reward parts (``rollout_infos["reward_parts"]``: any environment's rubric parts),
-    averaged over the trajectories that have them.
+    Components are the episode values a scheduler declared in
+    ``rollout_infos["reward_parts"]`` (any rubric's named parts; Sudoku: its five parts),
+    each over the episodes that have it (its ``n``).
     """
     components: dict[str, list[float]] = {}
     for traj in trajectories:
-        parts = traj.rollout_infos.get(REWARD_PARTS)
-        merged = {**traj.rollout_infos, **(parts if isinstance(parts, dict) else {})}
-        for key, value in merged.items():
-            if key != "total_reward" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                components.setdefault(key, []).append(float(value))
+        for key, value in episode_components(traj).items():
+            components.setdefault(key, []).append(value)
     return RolloutSummary(
         episodes=len(trajectories),
         successes=sum(1 for t in trajectories if t.success),
@@ -153,6 +161,62 @@ class RolloutReport:
 # ---------------------------------------------------------------- runner
 
 
+class DatasetError(ValueError):
+    """A ``--dataset`` file is missing or holds a row that is not a dataset row."""
+
+
+def load_dataset(path: str | Path) -> list[RolloutRequest]:
+    """The rows of an ms-swift-style JSON-lines dataset: each an object with ``env_config``
+    (``name`` required; ``base_url``, ``seed``, … as the scheduler reads them) and optionally
+    ``messages`` (the prompt) and a ``uuid``. Raises `DatasetError` naming the file and line."""
+    source = Path(path)
+    if not source.is_file():
+        raise DatasetError(f"{source}: no such file")
+    rows: list[RolloutRequest] = []
+    with source.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
+            config = row.get("env_config") if isinstance(row, dict) else None
+            if not isinstance(config, dict) or not isinstance(config.get("name"), str):
+                raise DatasetError(f'{where}: a row needs "env_config": {{"name": ENV, ...}}')
+            messages = row.get("messages") or []
+            if not isinstance(messages, list):
+                raise DatasetError(f"{where}: 'messages' must be a list of chat messages")
+            data = {k: v for k, v in row.items() if k not in ("messages", "uuid")}
+            uuid = row.get("uuid")
+            rows.append(
+                RolloutRequest(messages=messages, data_dict=data, uuid=str(uuid))
+                if uuid is not None
+                else RolloutRequest(messages=messages, data_dict=data)
+            )
+    if not rows:
+        raise DatasetError(f"{source}: no rows")
+    return rows
+
+
+def check_env_name(env: str, base_url: BaseUrls | None) -> None:
+    """Raise `EnvNotFoundError` (with the closest known names) when `env` can be neither served
+    here nor reached: not Sudoku, no base URL, and not a registered local env."""
+    from envsdk.registry import envs
+
+    if env == SUDOKU or base_url is not None or env in envs:
+        return
+    known = sorted({SUDOKU, *envs})
+    close = difflib.get_close_matches(env, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise EnvNotFoundError(
+        f"unknown environment {env!r}.{hint} Known here: {', '.join(known)}; a server's env needs"
+        " --base-url, a plugin's --external-plugins FILE (or an installed package's `envsdk.envs`"
+        " entry point)"
+    )
+
+
 def make_scheduler(
     env: str,
     *,
@@ -160,11 +224,32 @@ def make_scheduler(
     max_turns: int | None = None,
     concurrency: int = 8,
     max_completion_chars: int | None = None,
+    scheduler: str | None = None,
 ) -> MultiTurnScheduler:
-    """The scheduler for `env`: Sudoku → `SudokuScheduler`; another name with a base URL →
-    `OpenEnvScheduler`; else a registered local `Env` → `GYMScheduler` (raises
-    `EnvNotFoundError`, listing the known names, when there is none)."""
+    """The scheduler for `env`: the registered scheduler named `scheduler` when given; else
+    Sudoku → `SudokuScheduler`; another name with a base URL → `OpenEnvScheduler`; else a
+    registered local `Env` → `GYMScheduler` (raises `EnvNotFoundError`, listing the known names,
+    when there is none).
+
+    A named scheduler is built with the keyword arguments its constructor accepts among
+    ``max_turns``, ``max_completion_chars``, ``max_concurrent_envs``, ``base_url`` and
+    ``gym_env``."""
     turns: dict[str, Any] = {"max_turns": max_turns} if max_turns is not None else {}
+    if scheduler is not None:
+        from envsdk.registry import schedulers
+
+        cls = schedulers[scheduler]
+        offered: dict[str, Any] = {
+            **turns, "max_completion_chars": max_completion_chars, "max_concurrent_envs": concurrency,
+            "base_url": base_url, "gym_env": env,
+        }
+        params = inspect.signature(cls).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            accepted = {k: v for k, v in offered.items() if k in ("max_turns", "max_completion_chars")}
+        else:
+            accepted = {k: v for k, v in offered.items() if k in params}
+        built: MultiTurnScheduler = cls(**accepted)
+        return built
     if env == SUDOKU:
         return SudokuScheduler(
             max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
@@ -206,6 +291,77 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
         yield url
 
 
+@dataclass
+class Batch:
+    """Rows that one scheduler runs with one policy."""
+
+    env: str
+    requests: list[RolloutRequest]
+    policy: Policy
+    base_url: BaseUrls | None = None
+
+
+async def run_batches(
+    batches: Sequence[Batch],
+    *,
+    concurrency: int = 8,
+    max_turns: int | None = None,
+    out: str | Path | None = None,
+    record: RecordForm = "lean",
+    progress: bool = True,
+    scheduler: str | MultiTurnScheduler | None = None,
+    finished: list[Trajectory] | None = None,
+) -> RolloutReport:
+    """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
+    come back in row order, batch after batch.
+
+    A Sudoku batch without a base URL gets a server started here for the run. Trajectories are
+    written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
+    interrupted still has them. A failing episode is recorded (status ``error``), never raised.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    total = sum(len(b.requests) for b in batches)
+    if total < 1:
+        raise ValueError("nothing to run: no episodes")
+    done_list = finished if finished is not None else []
+    with contextlib.ExitStack() as stack:
+        writer = stack.enter_context(TrajectoryWriter(out, record)) if out is not None else None
+        bar = None
+        if progress:
+            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+
+            names = "+".join(dict.fromkeys(b.env for b in batches))
+            bar = stack.enter_context(tqdm(total=total, desc=f"rollout {names}", unit="ep", file=sys.stderr))
+
+        def on_done(traj: Trajectory) -> None:
+            done_list.append(traj)
+            if writer is not None:
+                writer.write(traj)
+            if bar is not None:
+                bar.update(1)
+
+        runs = []
+        for batch in batches:
+            url = stack.enter_context(_embedded_server(batch.env, batch.base_url, concurrency))
+            if url is not None and batch.base_url is None:
+                for request in batch.requests:
+                    request.data_dict.setdefault("env_config", {})["base_url"] = url
+            sched = (
+                scheduler
+                if isinstance(scheduler, MultiTurnScheduler)
+                else make_scheduler(
+                    batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency, scheduler=scheduler
+                )
+            )
+            runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
+        started = time.perf_counter()
+        results = await asyncio.gather(*runs)
+        elapsed = time.perf_counter() - started
+    trajectories = [t for result in results for t in result]
+    return RolloutReport(trajectories, summarize(trajectories, elapsed))
+
+
 async def run_rollouts(
     env: str,
     policy: Policy,
@@ -216,41 +372,21 @@ async def run_rollouts(
     max_turns: int | None = None,
     base_url: BaseUrls | None = None,
     out: str | Path | None = None,
+    record: RecordForm = "lean",
     progress: bool = True,
-    scheduler: MultiTurnScheduler | None = None,
+    scheduler: str | MultiTurnScheduler | None = None,
+    finished: list[Trajectory] | None = None,
     env_config: dict[str, Any] | None = None,
 ) -> RolloutReport:
-    """Run `episodes` episodes of `env` with `policy`, at most `concurrency` at once.
-
-    Trajectories are written to `out` (JSON lines) as they finish. A failing episode is
-    recorded (status ``error``), never raised.
-    """
+    """Run `episodes` episodes of `env` (seeds `seed`…, `env_config` added to every row's) with
+    `policy`, at most `concurrency` at once; see `run_batches`."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    with contextlib.ExitStack() as stack:
-        url = stack.enter_context(_embedded_server(env, base_url, concurrency))
-        sched = scheduler or make_scheduler(env, base_url=url, max_turns=max_turns, concurrency=concurrency)
-        writer = stack.enter_context(TrajectoryWriter(out)) if out is not None else None
-        bar = None
-        if progress:
-            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
-
-            bar = stack.enter_context(tqdm(total=episodes, desc=f"rollout {env}", unit="ep", file=sys.stderr))
-
-        def finished(traj: Trajectory) -> None:
-            if writer is not None:
-                writer.write(traj)
-            if bar is not None:
-                bar.update(1)
-
-        started = time.perf_counter()
-        trajectories = await sched.run(
-            make_requests(env, episodes, seed, url, env_config), policy, max_concurrency=concurrency, on_done=finished
-        )
-        elapsed = time.perf_counter() - started
-    return RolloutReport(trajectories, summarize(trajectories, elapsed))
+    batch = Batch(env, make_requests(env, episodes, seed, base_url, env_config), policy, base_url)
+    return await run_batches(
+        [batch], concurrency=concurrency, max_turns=max_turns, out=out, record=record,
+        progress=progress, scheduler=scheduler, finished=finished,
+    )
 
 
 # ---------------------------------------------------------------- CLI
@@ -262,9 +398,16 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "rollout",
         help="run episodes of an environment with a policy and print a summary",
-        description="Run N episodes (seeds S..S+N-1), write completions.jsonl, print a summary.",
+        description="Run N episodes (seeds S..S+N-1) or a dataset's rows, write completions.jsonl, "
+        "print a summary. Exit status: 0 when at least one episode ran, 1 when none did, 2 on a "
+        "usage error, 130 when interrupted.",
     )
-    parser.add_argument("--env", required=True, help="sudoku, frozen_lake, or a plugin's env name")
+    parser.add_argument("--env", default=None, help="sudoku, frozen_lake, or a plugin's env name")
+    parser.add_argument(
+        "--dataset", default=None, metavar="ROWS.jsonl",
+        help="ms-swift-style rows ({'messages': [...], 'env_config': {'name', 'seed', 'base_url', ...}}): "
+        "one episode per row, each with its own env, seed and server (replaces --env/--episodes/--seed)",
+    )
     parser.add_argument(
         "--base-url", nargs="+", default=None,
         help="server URL, or several (a pool: each episode goes to the least-loaded one), or a pool "
@@ -272,11 +415,16 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--policy",
-        default="oracle",
-        help=f"{', '.join(_POLICIES)}, or 'module:attribute' naming a policy class made with no arguments",
+        default="auto",
+        help=f"{', '.join(POLICY_NAMES)}, or 'module:Class' / 'file.py:Class' naming a policy made with "
+        "no arguments (default auto: the oracle for sudoku and frozen_lake, random replies otherwise)",
     )
+    parser.add_argument("--scheduler", default=None, help="a registered scheduler's name (gym, openenv, sudoku, or a plugin's)")
     parser.add_argument("--model", default=None, help="model name (openai) or local path (transformers)")
-    parser.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint (policy openai)")
+    parser.add_argument(
+        "--api-base", default=None,
+        help="OpenAI-compatible endpoint for --policy openai, e.g. http://127.0.0.1:8001/v1 (default: $OPENAI_BASE_URL)",
+    )
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=None)
@@ -287,29 +435,90 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--external-plugins", nargs="*", default=[], metavar="FILE")
     parser.add_argument("--out", default="completions.jsonl", help="JSON-lines file of trajectories")
+    parser.add_argument(
+        "--record", choices=("lean", "full"), default="lean",
+        help="lean (default): no per-step structured observations (the model's view is in messages); full: with them",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=rollout_command)
     return parser
 
 
-def _policy_from_args(args: argparse.Namespace) -> Policy:
+def _policy_for(args: argparse.Namespace, env: str) -> Policy:
     if ":" in args.policy:
-        from envsdk.registry import import_object
+        from envsdk.registry import import_spec
 
-        try:
-            custom: Policy = import_object(args.policy)()
-        except ImportError as exc:
-            raise ValueError(f"cannot import policy {args.policy!r}: {exc}") from exc
+        custom: Policy = import_spec(args.policy)()
         return custom
     from envsdk.policies import make_policy
 
     kwargs: dict[str, Any] = {}
-    if args.model is not None:
-        kwargs["model_path" if args.policy == "transformers" else "model"] = args.model
-    if args.api_base is not None:
-        kwargs["base_url"] = args.api_base
-    policy: Policy = make_policy(args.policy, args.env, **kwargs)
+    if args.policy == "openai":
+        api_base = args.api_base or os.environ.get("OPENAI_BASE_URL")
+        if not api_base or not args.model:
+            raise UsageError(
+                "--policy openai needs --api-base URL (an OpenAI-compatible endpoint such as "
+                "`vllm serve`'s http://127.0.0.1:8000/v1, or $OPENAI_BASE_URL) and --model NAME"
+            )
+        return make_policy("openai", env, base_url=api_base, model=args.model)
+    if args.policy == "transformers":
+        if not args.model:
+            raise UsageError("--policy transformers needs --model PATH (a local model folder or hub id)")
+        kwargs["model_path"] = args.model
+    policy: Policy = make_policy(args.policy, env, **kwargs)
     return policy
+
+
+class UsageError(ValueError):
+    """The command line asks for something that cannot run; the message says what to change."""
+
+
+def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
+    base_url: BaseUrls | None = (
+        args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url
+    )
+    policies: dict[str, Policy] = {}
+
+    def policy(env: str) -> Policy:
+        if env not in policies:
+            policies[env] = _policy_for(args, env)
+        return policies[env]
+
+    if args.dataset is not None:
+        rows = load_dataset(args.dataset)
+        groups: dict[tuple[str, bool], list[RolloutRequest]] = {}
+        for row in rows:
+            config = row.env_config
+            check_env_name(config["name"], config.get("base_url") or base_url)
+            if base_url is not None and "base_url" not in config:
+                row.data_dict["env_config"] = {**config, "base_url": base_url}
+            groups.setdefault((config["name"], "base_url" in row.env_config), []).append(row)
+        return [
+            Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None)
+            for (env, remote), group in groups.items()
+        ]
+    if args.env is None:
+        raise UsageError("give --env NAME (or --dataset ROWS.jsonl)")
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    check_env_name(args.env, base_url)
+    requests = make_requests(args.env, args.episodes, args.seed, base_url, args.env_config)
+    return [Batch(args.env, requests, policy(args.env), base_url)]
+
+
+def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
+    from envsdk.preflight import check_env_servers, check_inference
+
+    urls: list[str] = []
+    for batch in batches:
+        for request in batch.requests:
+            spec = request.env_config.get("base_url")
+            for url in [spec] if isinstance(spec, str) else spec if isinstance(spec, list) else []:
+                if url not in urls:
+                    urls.append(url)
+    check_env_servers(urls, args.concurrency)
+    if args.policy == "openai":
+        check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -322,35 +531,81 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def rollout_command(args: argparse.Namespace) -> int:
-    """Run the ``rollout`` command; print the summary; exit status 0, or 2 on a usage error."""
-    from envsdk.registry import load_plugins
+def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:
+    """One line saying why nothing ran, when every trajectory ended in an error."""
+    if any(t.status != "error" for t in trajectories):
+        return None
+    kinds = Counter(t.error_kind or "unknown" for t in trajectories)
+    kind, count = kinds.most_common(1)[0]
+    example = next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind)
+    hint = _WHAT_TO_DO.get(kind)
+    return (
+        f"no episode ran: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
+        + (f"; {hint}" if hint else "")
+    )
 
-    if args.external_plugins:
-        load_plugins(args.external_plugins)
+
+#: What to do about the errors that stop every episode, by error kind.
+_WHAT_TO_DO = {
+    "ConnectError": "is the server running at --base-url?",
+    "CapacityError": "the server is full: lower --concurrency or restart it with a larger MAX_CONCURRENT_ENVS",
+    "AuthenticationError": "set ENVSDK_TOKEN to the server's token",
+    "InferenceConnectionError": "is the inference server running at --api-base?",
+}
+
+
+def rollout_command(args: argparse.Namespace) -> int:
+    """Run the ``rollout`` command; print the summary. Exit status: 0 when at least one episode
+    ran (whatever its reward), 1 when none did or the pre-flight check failed, 2 on a usage
+    error, 130 on Ctrl-C (after a summary of the episodes that finished)."""
+    from envsdk.preflight import PreflightError
+    from envsdk.registry import PluginLoadError, load_plugins
+
     try:
-        policy = _policy_from_args(args)
+        if args.external_plugins:
+            load_plugins(args.external_plugins)
+        batches = _batches_from_args(args)
+    except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
+        print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        _preflight(args, batches)
+    except PreflightError as exc:
+        print(f"envsdk rollout: error: {exc}", file=sys.stderr)
+        return 1
+    finished: list[Trajectory] = []
+    started = time.perf_counter()
+    try:
         report = asyncio.run(
-            run_rollouts(
-                args.env,
-                policy,
-                episodes=args.episodes,
-                seed=args.seed,
-                concurrency=args.concurrency,
-                max_turns=args.max_turns,
-                base_url=args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url,
-                out=args.out,
-                progress=not args.no_progress,
-                env_config=args.env_config,
+            run_batches(
+                batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
+                record=args.record, progress=not args.no_progress, scheduler=args.scheduler, finished=finished,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:
-        print(f"envsdk rollout: error: {exc}", file=sys.stderr)
+        print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        total = sum(len(b.requests) for b in batches)
+        print(f"\ninterrupted: {len(finished)} of {total} episodes finished", file=sys.stderr)
+        if finished:
+            print(summarize(finished, time.perf_counter() - started).render())
+            if args.out:
+                print(f"\ntheir trajectories are in {args.out}")
+        return 130
     print(report.summary.render())
     if args.out:
         print(f"\ntrajectories written to {args.out}")
+    failure = _no_episode_ran(report.trajectories)
+    if failure is not None:
+        print(f"envsdk rollout: error: {failure}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(text.split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,5 +3,13 @@
 # scheduler against an embedded TextArena Sudoku server; progress bar, then a summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh ""
+# The install is editable: code changes need no reinstall, only a changed pyproject.toml does.
+# A stamp holding its hash lets later runs start at once.
+stamp=.venv/.envsdk-run-installed
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -x .venv/bin/envsdk ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # setuptools' editable-install notice is advice for package authors, not for this run.
+  PYTHONWARNINGS="ignore:Editable installation" bash scripts/setup.sh ""
+  echo "$want" > "$stamp"
+fi
 exec .venv/bin/envsdk rollout --env sudoku --policy oracle --episodes 64 --concurrency 16 --out runs/completions.jsonl "$@"

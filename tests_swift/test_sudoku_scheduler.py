@@ -62,7 +62,7 @@ async def test_server_mode_run_solves_a_game_and_closes_its_session(
     assert infos["empty_cell"] == 1.0 and infos["repetition"] == 0.0 and infos["format_penalty"] == 0.0
     assert infos["step_rewards"][-1] == 1.0 and sum(infos["step_rewards"]) == 1.0
     assert infos["num_turns"] == infos["cells_filled"] == len(infos["step_rewards"]) >= 15
-    assert len(infos["reward_components"]["valid_move"]) == infos["num_turns"]
+    assert infos["reward_parts"] == {name: infos[name] for name in ("empty_cell", "valid_move", "repetition", "progress", "correct")}
     json.dumps(infos)  # ms-swift requires rollout_infos to be JSON-serialisable
 
     messages = output.messages
@@ -91,7 +91,8 @@ def test_colocate_mode_sessions_outlive_ms_swift_short_lived_event_loops(
     for output in outputs:
         infos = output.rollout_infos
         assert infos["status"] == "max_turns" and infos["num_turns"] == 3 and not infos["success"]
-        assert infos["reward_components"]["valid_move"] == [1.0, 1.0, 1.0]
+        assert infos["valid_move"] == 1.0 and infos["reward_parts"]["valid_move"] == 1.0
+        assert len(infos["step_rewards"]) == 3
         assert infos["cells_filled"] == 3 and infos["correct"] == 0.0
         assert infos["total_reward"] == pytest.approx(2.0 + infos["progress"])
         assert [m["role"] for m in output.messages] == ["system"] + ["user", "assistant"] * 3

@@ -96,6 +96,10 @@ _FINAL_CLOSE_CODES = frozenset(
 _TOKEN_ENV = "ENVSDK_TOKEN"
 
 
+#: Servers already reported as plain OpenEnv ones in this process.
+_WARNED_PLAIN_OPENENV: set[str] = set()
+
+
 def _is_shutdown_close(code: int | None, reason: str) -> bool:
     """Whether a close is an envsdk server's shutdown drain. (uvicorn's own 1012 on exit is
     not: a resume is tried, and a restarted server refuses it with RESUME_FAILED.)"""
@@ -450,11 +454,13 @@ class EnvClient:
             self._session = reply.data
         elif isinstance(reply, ErrorReply) and reply.data.code == ErrorCode.UNKNOWN_TYPE.value:
             self._server_kind = "openenv"
-            logger.warning(
-                "%s does not support envsdk sessions (plain OpenEnv server): no request ids and no "
-                "resume; a dropped connection will lose the session",
-                self.url,
-            )
+            if self.url not in _WARNED_PLAIN_OPENENV:  # once per server, not once per episode
+                _WARNED_PLAIN_OPENENV.add(self.url)
+                logger.warning(
+                    "%s does not support envsdk sessions (plain OpenEnv server): no request ids and no "
+                    "resume; a dropped connection will lose the session",
+                    self.url,
+                )
         else:
             await conn.close()
             if isinstance(reply, ErrorReply):

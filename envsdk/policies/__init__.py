@@ -71,7 +71,7 @@ _LAZY = {
 }
 
 #: The names `make_policy` accepts.
-POLICY_NAMES = ("oracle", "random", "openai", "transformers")
+POLICY_NAMES = ("auto", "oracle", "random", "openai", "transformers")
 
 
 def __getattr__(name: str) -> Any:
@@ -86,13 +86,20 @@ def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
 
     * ``"oracle"``: the solver for `env_name` (``sudoku`` or ``frozen_lake``, any usual
       spelling such as ``Sudoku-v0``); `kwargs` go to its constructor;
-    * ``"random"``: `RandomPolicy(env_name, **kwargs)` (e.g. ``seed=3``);
+    * ``"random"``: `RandomPolicy(env_name, **kwargs)` (e.g. ``seed=3``); any env;
+    * ``"auto"``: the oracle when one knows `env_name`, else ``"random"`` (works for any env);
     * ``"openai"``: `OpenAIChatPolicy(**kwargs)` (``base_url``, ``model``, …);
     * ``"transformers"``: `TransformersPolicy(**kwargs)` (``model_path``, …).
 
     `env_name` is ignored by the model-backed policies. Raises `ValueError` for an unknown
-    policy name or an environment no scripted policy knows.
+    policy name or, for ``"oracle"``, an environment no oracle knows.
     """
+    if name == "auto":
+        try:
+            canonical_env_name(env_name)
+        except ValueError:
+            return RandomPolicy(env_name, **kwargs)
+        return make_policy("oracle", env_name, **kwargs)
     if name == "oracle":
         env = canonical_env_name(env_name)
         if env == "sudoku":

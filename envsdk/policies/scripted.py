@@ -20,7 +20,13 @@ from typing import Any
 
 from envsdk.envs.frozen_lake import DIRECTIONS, shortest_path
 from envsdk.games.sudoku import Board, candidates, parse_board, solve
-from envsdk.policies.base import Message, ObservationParseError, Policy, PolicyError, message_text
+from envsdk.policies.base import (
+    Message,
+    ObservationParseError,
+    Policy,
+    PolicyError,
+    message_text,
+)
 
 __all__ = [
     "RandomPolicy",
@@ -30,9 +36,25 @@ __all__ = [
     "parse_frozen_lake",
     "canonical_env_name",
     "SUPPORTED_ENVS",
+    "GENERIC_REPLIES",
 ]
 
 SUPPORTED_ENVS = ("sudoku", "frozen_lake")
+
+#: What `RandomPolicy` replies for an environment it does not know: common action formats, so
+#: that many text environments see some valid moves and episodes end.
+GENERIC_REPLIES: tuple[str, ...] = (
+    "<action>up</action>",
+    "<action>down</action>",
+    "<action>left</action>",
+    "<action>right</action>",
+    "right",
+    "down",
+    "[1 1 1]",
+    "done",
+    "hello",
+    "",
+)
 
 _DIRECTION_NAMES = tuple(DIRECTIONS)
 _GRID_LINE = re.compile(r"^[SFHGP](?: [SFHGP])+$")
@@ -59,20 +81,26 @@ def _user_texts_newest_first(messages: list[Message]) -> list[str]:
 
 class RandomPolicy(Policy):
     """Random but well-formed moves: ``[r c n]`` with r, c, n uniform in 1–9 for Sudoku,
-    ``<action>d</action>`` with d uniform over the four directions for FrozenLake.
+    ``<action>d</action>`` with d uniform over the four directions for FrozenLake, and for any
+    other environment a reply drawn uniformly from `GENERIC_REPLIES`.
 
     The same `seed` gives the same sequence of replies; the conversation is not read.
     """
 
     def __init__(self, env_name: str, seed: int | None = None) -> None:
-        self.env_name = canonical_env_name(env_name)
+        try:
+            self.env_name = canonical_env_name(env_name)
+        except ValueError:
+            self.env_name = env_name  # any other env: generic replies
         self._rng = random.Random(seed)
 
     async def act(self, messages: list[Message]) -> str:
         if self.env_name == "sudoku":
             r, c, n = (self._rng.randint(1, 9) for _ in range(3))
             return f"[{r} {c} {n}]"
-        return f"<action>{self._rng.choice(_DIRECTION_NAMES)}</action>"
+        if self.env_name == "frozen_lake":
+            return f"<action>{self._rng.choice(_DIRECTION_NAMES)}</action>"
+        return self._rng.choice(GENERIC_REPLIES)
 
 
 class SudokuOraclePolicy(Policy):

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
+from envsdk.records import RecordForm, trajectory_record
 
 __all__ = [
     "Status",
@@ -151,28 +152,9 @@ class Trajectory:
             self.status = status
             self.reason = reason
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready record written to ``completions.jsonl``."""
-        return {
-            "uuid": self.uuid,
-            "status": self.status,
-            "reason": self.reason,
-            "error_kind": self.error_kind,
-            "success": self.success,
-            "turns": self.turns,
-            "total_reward": self.total_reward,
-            "step_rewards": self.step_rewards,
-            "reward_components": [s.components for s in self.steps],
-            "infos": [s.info for s in self.steps],
-            "rollout_infos": self.rollout_infos,
-            "reset_info": self.reset_info,
-            "seed": self.seed,
-            "env_config": self.env_config,
-            "data_dict": self.request.data_dict,
-            "messages": self.messages,
-            "steps": [s.to_dict() for s in self.steps],
-            "timings": self.timings,
-        }
+    def to_dict(self, form: RecordForm = "lean") -> dict[str, Any]:
+        """The JSON-ready record written to ``completions.jsonl`` (`envsdk.records`)."""
+        return trajectory_record(self, form)
 
 
 class MultiTurnScheduler(abc.ABC):
@@ -309,8 +291,9 @@ class TrajectoryWriter:
     finished trajectory.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, form: RecordForm = "lean") -> None:
         self.path = Path(path)
+        self.form: RecordForm = form
         self._file: IO[str] | None = None
         self.count = 0
 
@@ -322,7 +305,7 @@ class TrajectoryWriter:
     def write(self, trajectory: Trajectory) -> None:
         if self._file is None:
             raise RuntimeError("TrajectoryWriter.write called outside its `with` block")
-        self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False, default=str) + "\n")
+        self._file.write(json.dumps(trajectory.to_dict(self.form), ensure_ascii=False, default=str) + "\n")
         self._file.flush()
         self.count += 1
 

@@ -483,11 +483,6 @@ class SudokuScheduler(OpenEnvScheduler):
             **summary,
             REWARD_PARTS: {name: summary[name] for name in SUDOKU_COMPONENTS},
             "step_rewards": trajectory.step_rewards,
-            "reward_components": {
-                "empty_cell": list(state.reward.empty_cell),
-                "valid_move": list(state.reward.valid_move),
-                "repetition": list(state.reward.repetition),
-            },
             "cells_filled": state.cells_filled,
             "moves_tried": [_fmt_move(m) for m in state.tried],
             **(extra or {}),

@@ -105,7 +105,9 @@ def create_app(
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None
     name = str(cfg.env_name or getattr(env_factory, "__name__", type(env_factory).__name__))
-    doc = inspect.getdoc(env_class) if env_class is not None else None
+    # The class's own docstring only: inspect.getdoc would inherit envsdk's `Environment` one.
+    own_doc = env_class.__dict__.get("__doc__") if env_class is not None else None
+    doc = inspect.cleandoc(own_doc) if isinstance(own_doc, str) and own_doc.strip() else None
     spec = EnvSpec(
         factory=env_factory,
         action_type=action_type,
@@ -392,6 +394,16 @@ async def _stateless_call(table: SessionTable, what: str, data: dict[str, Any]) 
     try:
         return await table.stateless(what, data)
     except FrameError as exc:
+        if what == "step" and exc.code is ErrorCode.EXECUTION_ERROR:
+            # Almost always an env that needs a reset first: say what HTTP /step is, beside the
+            # env's own exception (same code and status as OpenEnv's).
+            exc = FrameError(
+                exc.code,
+                f"{exc.message} -- HTTP /step is stateless, as in OpenEnv: it runs one action on a fresh"
+                " environment that was never reset, so an earlier POST /reset does not carry over; play"
+                " episodes over the /ws WebSocket (EnvClient, or any OpenEnv client)",
+                **exc.details,
+            )
         return _http_error(table, exc)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -235,3 +236,35 @@ class ServerConfig(BaseModel):
         "replies for it pile up past 64 KiB, for this long is disconnected at once (its send "
         "buffer dropped) and its slot freed. Default: ENVSDK_WS_PING_TIMEOUT_S, else 20.",
     )
+
+
+def _document_fields(model: type[BaseModel]) -> None:
+    # `help(ServerConfig)` shows the docstring, not pydantic's field descriptions: list them there.
+    lines = [f"    {name}: {info.description}" for name, info in model.model_fields.items() if info.description]
+    model.__doc__ = f"{model.__doc__}\n\nFields:\n\n" + "\n".join(lines)
+
+
+_document_fields(ServerConfig)
+
+
+def add_access_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--no-web`` and ``--token`` to a server's command line (`access_options` reads
+    them back as `ServerConfig` fields)."""
+    parser.add_argument(
+        "--no-web", action="store_true", help="do not serve the web page at /web (same as ENVSDK_WEB=0)"
+    )
+    parser.add_argument(
+        "--token", default=None,
+        help="require this bearer token on every route but /health (default: $ENVSDK_TOKEN; "
+        "prefer the variable: a command line is visible to other users in `ps`)",
+    )
+
+
+def access_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The `ServerConfig` fields that `add_access_arguments`' flags set (none when absent)."""
+    options: dict[str, Any] = {}
+    if args.no_web:
+        options["web"] = False
+    if args.token:
+        options["token"] = args.token
+    return options

@@ -169,6 +169,9 @@ class SudokuEnvironment(TextArenaEnvironment):
 
     _state: SudokuState
 
+    # The web page's Sudoku panel (board, hints, reward components), imported only when a
+    # server mounts the page: board workers import this module and need none of it.
+    web_panel: ClassVar[str] = "servers.sudoku.web:SUDOKU_PANEL"
     # A -hard board can take seconds, and queue behind other generations.
     reset_timeout_s: ClassVar[float | None] = 120.0
     step_timeout_s: ClassVar[float | None] = 10.0

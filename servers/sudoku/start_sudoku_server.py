@@ -10,7 +10,9 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
 from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=env.get("LOG_LEVEL", "info"),
         help="env var LOG_LEVEL (default info): uvicorn's log level.",
     )
+    add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
 
@@ -83,9 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     pool = BoardPool(workers=args.board_workers)
-    app = create_sudoku_app(
-        args.env_id, board_pool=pool, max_concurrent_envs=args.max_concurrent_envs
-    )
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    app = create_sudoku_app(args.env_id, board_pool=pool, **options)
     try:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

@@ -20,6 +20,7 @@ import asyncio
 import os
 import pickle
 import random
+import signal
 import sys
 import threading
 from collections import OrderedDict
@@ -38,6 +39,11 @@ T = TypeVar("T")
 
 def _noop() -> None:
     return None
+
+
+def _ignore_sigint() -> None:
+    # Workers leave Ctrl-C to the parent, which stops them through `shutdown`.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class WorkerPool:
@@ -96,10 +102,21 @@ class WorkerPool:
             self._weights.pop(evicted, None)
 
     def warm(self) -> None:
-        """Start every worker process now instead of on the first tasks."""
-        with self._lock:
-            for _ in range(self.workers):
-                self._submit_locked(_noop)
+        """Start every worker process now instead of on the first tasks.
+
+        Called from the main thread, the workers are started with SIGINT ignored, which they
+        keep from their first instruction: a Ctrl-C at the terminal (sent to the whole process
+        group) then never interrupts a worker still importing, and the parent, which stops
+        them, answers it alone."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            with self._lock:
+                for _ in range(self.workers):
+                    self._submit_locked(_noop)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
     def shutdown(self) -> None:
         """Stop the worker processes now, a running task included (a hard generation can take
@@ -122,13 +139,17 @@ class WorkerPool:
 
     def _submit_locked(self, fn: Any, *args: Any) -> Future[Any]:
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
+            )
         try:
             return self._executor.submit(fn, *args)
         except BrokenProcessPool:
             # A worker died (e.g. killed by the OOM killer): replace the pool, retry once.
             self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
+            )
             return self._executor.submit(fn, *args)
 
 

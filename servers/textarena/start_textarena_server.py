@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
 from servers.textarena.environment import check_env_id
 from servers.textarena.errors import TextArenaOptionError
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info)."
     )
+    add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
 
@@ -101,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             app = create_textarena_app(
                 args.env_id, num_players=args.num_players, max_turns=args.max_turns,
                 env_kwargs=env_kwargs_from_environ(), game_pool=pool,
-                max_concurrent_envs=args.max_concurrent_envs,
+                max_concurrent_envs=args.max_concurrent_envs, **access_options(args),
             )
         except TextArenaOptionError as exc:
             print(f"error: {exc}", file=sys.stderr)

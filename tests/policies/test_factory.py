@@ -45,11 +45,11 @@ async def test_make_policy_openai_builds_a_client_without_contacting_the_server(
 
 
 def test_make_policy_refuses_unknown_names_and_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="oracle, random, openai, transformers"):
+    with pytest.raises(ValueError, match="auto, oracle, random, openai, transformers"):
         make_policy("gpt", "sudoku")
     with pytest.raises(ValueError, match="supported: sudoku, frozen_lake"):
         make_policy("oracle", "chess")
-    assert POLICY_NAMES == ("oracle", "random", "openai", "transformers")
+    assert POLICY_NAMES == ("auto", "oracle", "random", "openai", "transformers")
 
 
 def test_every_name_in_all_resolves() -> None:

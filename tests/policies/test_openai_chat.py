@@ -174,3 +174,18 @@ async def test_a_200_body_that_is_not_a_completion_raises_a_response_error() -> 
         async with OpenAIChatPolicy(base_url, "m", timeout=10) as policy:
             with pytest.raises(InferenceResponseError, match="not a chat completion"):
                 await policy.act(MESSAGES)
+
+
+@pytest.mark.timeout(240)
+def test_rollout_preflight_names_the_served_models_then_runs_with_the_right_one(
+    served_model: tuple[str, str], tmp_path: Path
+) -> None:
+    from tests.cli.conftest import assert_one_line_error, envsdk
+
+    base_url, model = served_model
+    args = ["rollout", "--env", "frozen_lake", "--policy", "openai", "--api-base", f"{base_url}/v1",
+            "--episodes", "1", "--max-turns", "1", "--no-progress"]
+    wrong = envsdk(*args, "--model", "no-such-model", cwd=tmp_path)
+    assert_one_line_error(wrong, "does not serve the model 'no-such-model'", model)
+    right = envsdk(*args, "--model", model, cwd=tmp_path, timeout=200)
+    assert right.returncode == 0, right.stderr

@@ -69,9 +69,13 @@ async def test_random_policy_same_seed_same_replies() -> None:
     assert replies_a != [await c.act([]) for _ in range(10)]
 
 
-def test_unknown_environment_is_refused_with_the_supported_names() -> None:
-    with pytest.raises(ValueError, match="sudoku, frozen_lake"):
-        RandomPolicy("chess")
+async def test_any_other_environment_gets_seeded_generic_replies() -> None:
+    from envsdk.policies.scripted import GENERIC_REPLIES
+
+    a, b = RandomPolicy("my_env", seed=3), RandomPolicy("my_env", seed=3)
+    replies = [await a.act([]) for _ in range(20)]
+    assert replies == [await b.act([]) for _ in range(20)]
+    assert set(replies) <= set(GENERIC_REPLIES) and len(set(replies)) > 3
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,10 @@ def test_reward_component_funcs_take_a_rubric_or_names_and_read_reward_parts() -
 
 def test_environment_factory_instances_expose_the_parts_to_reward_functions() -> None:
     pytest.importorskip("trl")
-    from envsdk.integrations.trl import local_environment_factory, reward_component_funcs
+    from envsdk.integrations.trl import (
+        local_environment_factory,
+        reward_component_funcs,
+    )
 
     env = local_environment_factory("frozen_lake", max_turns=20)()
     env.reset(env_config={"seed": 5, "rubric": "shaped"})
@@ -115,10 +118,11 @@ def test_rollout_cli_passes_env_config_and_summarises_the_parts(tmp_path: Path, 
     args = ["rollout", "--env", "frozen_lake", "--episodes", "4", "--no-progress", "--out", str(out)]
     assert main([*args, "--env-config", '{"rubric": "shaped"}']) == 0
     summary = capsys.readouterr().out
-    assert all(f"\n{name} " in summary for name in ("goal", "progress", "format"))
+    assert all(f"\n  {name} " in summary for name in ("goal", "progress", "format"))
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert all(r["rollout_infos"]["reward_parts"]["goal"] == 1.0 for r in records)
-    assert all(set(s["components"]) == {"goal", "progress", "format"} for r in records for s in r["steps"])
+    assert all(r["reward_components"]["goal"]["value"] == 1.0 for r in records)
+    assert all(set(r["reward_components"]) == {"goal", "progress", "format"} for r in records)
+    assert all(len(c["steps"]) == len(r["step_rewards"]) for r in records for c in r["reward_components"].values())
     with pytest.raises(SystemExit):
         main([*args, "--env-config", "[1]"])
     assert "expected a JSON object" in capsys.readouterr().err

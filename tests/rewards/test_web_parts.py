@@ -14,7 +14,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from envsdk.games.sudoku import solve
 from envsdk.testing import running_server
-from tests.web.test_browser import CHROMEDRIVER, CHROMIUM, _idle, _text, browser  # noqa: F401 - fixture
+from tests.web.conftest import CHROMEDRIVER, CHROMIUM, browser  # noqa: F401 - fixture
+from tests.web.test_browser import _idle, _text
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None, reason="needs Debian's chromium and chromium-driver"

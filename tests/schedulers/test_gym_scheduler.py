@@ -12,6 +12,7 @@ import pytest
 from envsdk.env import Env, RolloutRequest
 from envsdk.registry import Registry
 from envsdk.schedulers import GYMScheduler, TrajectoryWriter
+
 from .policies import CountingPolicy, LengthCutPolicy, ScriptedPolicy
 
 CLOSED: list[str] = []
@@ -143,13 +144,15 @@ async def test_writer_keeps_every_field(registry: Registry[Any], tmp_path: Path)
     sched = GYMScheduler(registry=registry, max_turns=10)
     trajs = await sched.run(_rows(2, steps=2), ScriptedPolicy(["a", "b"]))
     path = tmp_path / "out" / "completions.jsonl"
-    with TrajectoryWriter(path) as writer:
+    with TrajectoryWriter(path, "full") as writer:
         for t in trajs:
             writer.write(t)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == 2
     rec = records[0]
-    assert rec["status"] == "done" and rec["seed"] == 0 and rec["env_config"]["name"] == "countdown"
-    assert rec["step_rewards"] == [0.25, 0.25] and rec["infos"] == [{"n": 1}, {"n": 2}]
+    assert rec["schema"] == "envsdk.completions/1"
+    assert rec["status"] == "done" and rec["seed"] == 0 and rec["env"] == "countdown"
+    assert rec["step_rewards"] == [0.25, 0.25] and rec["infos"]["step_infos"] == [{"n": 1}, {"n": 2}]
     assert rec["timings"]["total_s"] > 0 and len(rec["steps"]) == 2 and "duration_s" in rec["steps"][0]
+    assert [s["info"] for s in rec["steps"]] == [{"n": 1}, {"n": 2}]
     assert rec["messages"][-1] == {"role": "assistant", "content": "b"}

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from envsdk.env import RolloutRequest
 from envsdk.registry import envs
-
 from envsdk.rollout import Stat, main, summarize
 from envsdk.schedulers import Trajectory
-from envsdk.env import RolloutRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,14 +23,20 @@ def test_summary_counts_successes_errors_and_quantiles() -> None:
     for i in range(10):
         t = Trajectory(request=RolloutRequest())
         t.status, t.total_reward, t.turns, t.success = "done", float(i), 2, i >= 5
-        t.rollout_infos = {"correct": 1.0 if i >= 5 else 0.0, "step_rewards": [1.0], "flag": True}
+        components = {"correct": 1.0 if i >= 5 else 0.0}
+        if i % 2:
+            components["bonus"] = 0.5
+        t.rollout_infos = {"reward_parts": components, "step_rewards": [1.0], "flag": True, "cells": 3}
         trajs.append(t)
     trajs[0].status, trajs[0].error_kind = "error", "ServerError"
     summary = summarize(trajs, elapsed_s=2.0)
     assert summary.success_rate == 0.5 and summary.statuses == {"done": 9, "error": 1}
     assert summary.errors == {"ServerError": 1}
-    assert summary.total_reward == Stat(4.5, 4.5, 8.1)
-    assert set(summary.components) == {"correct"}  # lists and booleans are not components
+    # Nearest rank: quantiles are observed values (a 0/1 component has a 0/1 p90).
+    assert summary.total_reward == Stat(4.5, 4.0, 8.0, 10)
+    assert summary.components["correct"] == Stat(0.5, 0.0, 1.0, 10)
+    # Only the declared components, each over the episodes that have it.
+    assert set(summary.components) == {"correct", "bonus"} and summary.components["bonus"].n == 5
     text = summary.render()
     assert "success rate    50.0% (5/10)" in text and "ServerError=1" in text
     assert math.isnan(Stat.of([]).mean)
@@ -99,5 +104,5 @@ def test_cli_loads_external_plugins_and_custom_policies(
     assert code == 0, out.err
     assert "success rate    100.0% (3/3)" in out.out
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert [r["infos"] for r in records] == [[{"said": "hello"}]] * 3
+    assert [r["infos"]["step_infos"] for r in records] == [[{"said": "hello"}]] * 3
     del envs["one_shot_cli_test"]  # registries are process-wide; other tests list the names

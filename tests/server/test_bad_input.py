@@ -64,7 +64,8 @@ def test_validation_error_lists_pydantic_errors_like_openenv(serve_echo):
         ws.recv(timeout=5)
         ws.send(frame(type="step", data={"msg": "wrong field"}))
         data = json.loads(ws.recv(timeout=5))["data"]
-    assert data["message"] == "Invalid message"
+    # The sentence a user reads first names the fields; the list is OpenEnv's.
+    assert data["message"] == "Invalid message: message: Field required; msg: Extra inputs are not permitted"
     assert {e["type"] for e in data["errors"]} == {"missing", "extra_forbidden"}
 
 

@@ -75,15 +75,20 @@ def test_episode_values_are_read_from_the_records(completions: Path) -> None:
     episodes = load_episodes(completions)
     assert [e.total_reward for e in episodes] == [r["total_reward"] for r in records]
     assert [e.turns for e in episodes] == [r["turns"] for r in records]
-    assert episodes[0].components["valid_move"] == records[0]["rollout_infos"]["valid_move"]
-    assert "total_reward" not in episodes[0].components
+    assert episodes[0].components["valid_move"] == records[0]["reward_components"]["valid_move"]["value"]
+    assert "total_reward" not in episodes[0].components and "cells_filled" not in episodes[0].components
 
 
 def test_unusable_input_is_refused_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"total_reward": 1.0}\n\n{"status": "done"}\n', encoding="utf-8")
+    ok = '{"schema": "envsdk.completions/1", "total_reward": 1.0, "reward_components": {}}'
+    bad.write_text(ok + '\n\n{"schema": "envsdk.completions/1", "status": "done"}\n', encoding="utf-8")
     with pytest.raises(ReportError, match=r"bad.jsonl:3: no numeric 'total_reward'"):
         load_episodes(bad)
+    old = tmp_path / "old.jsonl"
+    old.write_text('{"total_reward": 1.0}\n', encoding="utf-8")
+    with pytest.raises(ReportError, match=r"old.jsonl:1: schema is null, this envsdk reads 'envsdk.completions/1'"):
+        load_episodes(old)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n", encoding="utf-8")
     assert main(["report", str(empty)]) == 2

@@ -18,20 +18,14 @@
     ws: null,            // the open WebSocket, or null
     waiting: [],         // resolvers of requests sent, in order (one reply per request, in order)
     observation: null,   // the last observation body
-    initialBoard: null,  // Sudoku: the board at reset
-    initialFilled: null,
-    steps: [],           // Sudoku: {message, board, verdict, reason, reward} per step played
+    stepCount: 0,        // steps answered with an observation since the reset
+    panel: null,         // the env's panel ({onReset, onStep, show}), when it has one
     done: false,
     busy: false,
     lastStats: null,     // {steps, t} of the previous /metrics poll, for steps/s
   };
 
   // ------------------------------------------------------------------ small helpers
-
-  function isBoard(value) {
-    return Array.isArray(value) && value.length === 9 &&
-      value.every((row) => Array.isArray(row) && row.length === 9);
-  }
 
   function fmt(x) {
     if (typeof x !== "number") return x === null || x === undefined ? "–" : String(x);
@@ -148,7 +142,7 @@
         data.seed = Number(seed);
       }
       const variant = $("variant").value.trim();
-      if (variant !== "") data.env_id = variant;
+      if (variant !== "" && !$("variant-label").hidden) data.env_id = variant;
     } catch (err) {
       showError(err.message);
       return;
@@ -163,12 +157,11 @@
       const obs = reply.data.observation || {};
       page.observation = obs;
       page.done = Boolean(reply.data.done);
-      page.steps = [];
-      page.initialBoard = isBoard(obs.board) ? obs.board.map((row) => row.slice()) : null;
-      page.initialFilled = typeof obs.initial_filled === "number" ? obs.initial_filled : null;
+      page.stepCount = 0;
+      if (page.panel && page.panel.onReset) page.panel.onReset(obs);
       $("history").replaceChildren();
-      addHistory(`reset ${JSON.stringify(data)}`, false);
-      await show(reply.data);
+      const view = await show(reply.data);
+      addHistory(`reset ${JSON.stringify(data)}`, false, view);
     } catch (err) {
       showError(err.message);
     } finally {
@@ -206,20 +199,13 @@
       const obs = reply.data.observation || {};
       page.observation = obs;
       page.done = Boolean(reply.data.done);
+      page.stepCount += 1;
+      if (page.panel && page.panel.onStep) page.panel.onStep(sent.message, reply.data);
       const last = obs.last_move || {};
-      if (isBoard(obs.board)) {
-        page.steps.push({
-          message: sent.message,
-          board: obs.board,
-          verdict: last.verdict || null,
-          reason: last.reason || null,
-          reward: typeof reply.data.reward === "number" ? reply.data.reward : 0,
-        });
-      }
       const verdict = last.verdict ? ` → ${last.verdict}` : "";
+      const view = await show(reply.data);
       addHistory(`${sent.message}${verdict}  reward ${fmt(reply.data.reward)}${page.done ? "  (done)" : ""}`,
-        last.verdict === "invalid" || last.verdict === "bad_format");
-      await show(reply.data);
+        last.verdict === "invalid" || last.verdict === "bad_format", view);
     } catch (err) {
       showError(err.message);
     } finally {
@@ -227,32 +213,84 @@
     }
   }
 
-  function addHistory(text, bad) {
+  // One history line per reset or step, with the observation it brought (as the page shows it).
+  function addHistory(text, bad, view) {
     const item = document.createElement("li");
-    item.textContent = text;
+    const head = document.createElement("div");
+    head.textContent = text;
+    item.appendChild(head);
+    const seen = view && (view.text || (view.html ? "(HTML view)" : ""));
+    if (seen) {
+      const obs = document.createElement("pre");
+      obs.className = "history-obs";
+      obs.textContent = seen.length > 600 ? seen.slice(0, 600) + " …" : seen;
+      item.appendChild(obs);
+    }
     if (bad) item.className = "bad";
     $("history").appendChild(item);
   }
 
   // ------------------------------------------------------------------ rendering
 
+  // Shows a reply: the figures, the observation as the env renders it (POST /web/api/render:
+  // its render_web hook, else its text), the legal actions, then the panel's own drawing.
+  // Returns the view, for the history.
   async function show(data) {
     const obs = data.observation || {};
     $("reward").textContent = fmt(data.reward);
     $("done").textContent = String(Boolean(data.done));
-    $("step-count").textContent = fmt(typeof obs.step === "number" ? obs.step : page.steps.length);
+    $("step-count").textContent = fmt(typeof obs.step === "number" ? obs.step : page.stepCount);
     showVerdict(obs.last_move);
     showParts((data.metadata || {}).reward_components);
     $("obs-json").textContent = JSON.stringify(data, null, 2);
-    if (isBoard(obs.board) && page.initialBoard) {
-      $("board-block").hidden = false;
-      drawBoard(obs.board, obs.last_move);
-      await showSudokuAnalysis(obs.board);
+    // OpenEnvScheduler's default format_observation: the observation as JSON.
+    $("model-view").textContent = JSON.stringify(obs);
+    let view = null;
+    try {
+      view = await postJSON("/web/api/render", { observation: obs });
+    } catch (err) {
+      showError(`cannot render the observation: ${err.message}`);
+    }
+    showView(view);
+    if (page.panel && page.panel.show) {
+      try {
+        // A panel that drew the observation itself returns true: the text view would repeat it.
+        if (await page.panel.show(data)) $("obs-view").hidden = true;
+      } catch (err) {
+        showError(`${page.info.panel} panel: ${err.message}`);
+      }
+    }
+    return view;
+  }
+
+  function showView(view) {
+    const frame = $("obs-html");
+    const text = $("obs-view");
+    frame.hidden = !(view && view.html);
+    text.hidden = !(view && !view.html);
+    if (view && view.html) frame.srcdoc = view.html; // sandboxed: no scripts, no same origin
+    else frame.removeAttribute("srcdoc");
+    text.textContent = view && view.text ? view.text : "";
+    const chips = (view && view.actions ? view.actions : []).map((action) => {
+      const chip = document.createElement("button");
+      chip.type = "button";
+      chip.textContent = action;
+      chip.title = "use this action";
+      chip.addEventListener("click", () => setAction(action));
+      return chip;
+    });
+    $("legal-actions").replaceChildren(...chips);
+    $("legal-actions-block").hidden = chips.length === 0;
+  }
+
+  function setAction(text) {
+    if ($("action-as-json").checked && page.info.text_field) {
+      $("action-json").value = JSON.stringify({ [page.info.text_field]: text });
+    } else if ($("action-as-json").checked) {
+      $("action-json").value = text;
     } else {
-      $("board-block").hidden = true;
-      $("components-block").hidden = true;
-      // OpenEnvScheduler's default format_observation: the observation as JSON.
-      $("model-view").textContent = JSON.stringify(obs);
+      $("action-text").value = text;
+      $("action-text").focus();
     }
   }
 
@@ -287,82 +325,19 @@
     box.className = `verdict-${lastMove.verdict}`;
   }
 
-  function drawBoard(board, lastMove) {
-    const body = document.createElement("tbody");
-    const last = lastMove && Array.isArray(lastMove.move) ? lastMove.move : null;
-    for (let r = 0; r < 9; r++) {
-      const row = document.createElement("tr");
-      if (r === 2 || r === 5) row.className = "box-bottom";
-      for (let c = 0; c < 9; c++) {
-        const cell = document.createElement("td");
-        const value = board[r][c];
-        cell.dataset.row = String(r + 1);
-        cell.dataset.col = String(c + 1);
-        cell.textContent = value ? String(value) : "";
-        const classes = [];
-        if (page.initialBoard[r][c]) classes.push("given");
-        else if (value) classes.push("placed");
-        if (c === 2 || c === 5) classes.push("box-right");
-        if (last && last[0] === r + 1 && last[1] === c + 1) {
-          classes.push(lastMove.verdict === "valid" ? "last" : "rejected");
-        }
-        cell.className = classes.join(" ");
-        row.appendChild(cell);
-      }
-      body.appendChild(row);
-    }
-    $("board").replaceChildren(body);
-  }
-
-  async function showSudokuAnalysis(board) {
-    // Server-side: the scheduler's own reward and hint code (envsdk.web.sudoku).
-    try {
-      const scored = await postJSON("/web/api/sudoku/reward", {
-        initial_board: page.initialBoard,
-        initial_filled: page.initialFilled,
-        steps: page.steps,
-      });
-      const hints = await postJSON("/web/api/sudoku/hints", { board, tried: scored.tried });
-      $("model-view").textContent = scored.model_view;
-      $("hints").textContent = hints.text || "(no hints)";
-      const chips = hints.guaranteed.map((move) => {
-        const chip = document.createElement("button");
-        chip.type = "button";
-        chip.textContent = `[${move.join(" ")}]`;
-        chip.title = "use this move";
-        chip.addEventListener("click", () => {
-          $("action-text").value = chip.textContent;
-          $("action-text").focus();
-        });
-        return chip;
-      });
-      $("guaranteed").replaceChildren(...chips);
-      showComponents(scored);
-    } catch (err) {
-      showError(`Sudoku analysis failed: ${err.message}`);
-    }
-  }
-
-  function showComponents(scored) {
-    $("components-block").hidden = false;
-    const order = ["empty_cell", "valid_move", "repetition", "progress", "correct", "format_penalty", "total_reward"];
-    const body = document.createElement("tbody");
-    for (const name of order) {
-      if (!(name in scored.components)) continue;
-      const row = document.createElement("tr");
-      row.dataset.component = name;
-      if (name === "total_reward") row.className = "total";
-      const label = document.createElement("td");
-      label.textContent = name;
-      const value = document.createElement("td");
-      value.textContent = fmt(scored.components[name]);
-      row.append(label, value);
-      body.appendChild(row);
-    }
-    $("components").replaceChildren(body);
-    const note = $("components-note");
-    note.hidden = !scored.note;
-    note.textContent = scored.note || "";
+  // An env's panel script (WebPanel.script) registers window.envsdkPanels[name] = (api) => panel.
+  function loadPanel(name) {
+    return new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = `/web/panel/${encodeURIComponent(name)}.js${token ? `?token=${encodeURIComponent(token)}` : ""}`;
+      script.onload = () => {
+        const make = (window.envsdkPanels || {})[name];
+        if (typeof make !== "function") reject(new Error(`panel script ${name} registered nothing`));
+        else resolve(make({ $, postJSON, fmt, showError, setAction }));
+      };
+      script.onerror = () => reject(new Error(`cannot load the ${name} panel script`));
+      document.head.appendChild(script);
+    });
   }
 
   // ------------------------------------------------------------------ live server figures
@@ -414,6 +389,7 @@
     if (field) {
       $("action-field-name").textContent = field;
       $("action-json").value = JSON.stringify({ [field]: "" });
+      $("action-text").placeholder = page.info.action_placeholder || "";
     } else {
       $("action-as-json").checked = true;
       $("action-as-json").parentElement.hidden = true;
@@ -425,8 +401,10 @@
     };
     $("action-as-json").addEventListener("change", syncActionInputs);
     syncActionInputs();
+    // The variant box only for envs whose reset names an env_id.
     const params = page.info.reset_parameters;
-    $("variant-label").hidden = Array.isArray(params) && !params.includes("env_id");
+    $("variant-label").hidden = !(Array.isArray(params) && params.includes("env_id"));
+    if (page.info.panel) page.panel = await loadPanel(page.info.panel);
     $("reset-btn").addEventListener("click", doReset);
     $("step-btn").addEventListener("click", doStep);
     $("action-text").addEventListener("keydown", (event) => {

@@ -1,4 +1,7 @@
-"""The web page's Sudoku endpoints: hints and reward components from the scheduler's own code.
+"""The Sudoku panel of the web page: the board, the hints and the reward components, computed
+by the scheduler's own code. It plugs into envsdk's generic page through
+`SudokuEnvironment.web_panel` (`SUDOKU_PANEL`): routes ``POST /web/api/sudoku/hints`` and
+``POST /web/api/sudoku/reward``, and the script ``static/sudoku_panel.js`` that draws them.
 
 The page holds the episode it plays (the reset board and, per step, the message sent and the
 structured observation that came back); these functions turn that into what `SudokuScheduler`
@@ -15,8 +18,10 @@ says so in ``note``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
 from envsdk.games import sudoku as game
@@ -26,6 +31,7 @@ from envsdk.schedulers.sudoku import (
     SudokuScheduler,
     sudoku_hints,
 )
+from envsdk.web import WebPanel
 
 __all__ = [
     "SudokuHintsRequest",
@@ -36,6 +42,7 @@ __all__ = [
     "SudokuRewardReply",
     "sudoku_hints_reply",
     "sudoku_reward_reply",
+    "SUDOKU_PANEL",
 ]
 
 Verdict = Literal["valid", "invalid", "bad_format"]
@@ -145,3 +152,25 @@ def sudoku_reward_reply(request: SudokuRewardRequest) -> SudokuRewardReply:
         model_view=SudokuScheduler().format_observation({}, episode),
         note=note,
     )
+
+
+_router = APIRouter()
+
+
+@_router.post("/hints")
+async def _hints(body: SudokuHintsRequest) -> SudokuHintsReply:
+    return sudoku_hints_reply(body)
+
+
+@_router.post("/reward")
+async def _reward(body: SudokuRewardRequest) -> SudokuRewardReply:
+    return sudoku_reward_reply(body)
+
+
+#: The Sudoku server's addition to the web page.
+SUDOKU_PANEL = WebPanel(
+    name="sudoku",
+    router=_router,
+    script=Path(__file__).parent / "static" / "sudoku_panel.js",
+    action_placeholder="[row column digit]",
+)

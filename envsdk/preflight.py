@@ -1,0 +1,105 @@
+"""Checks `envsdk rollout` makes before its first episode, each failing in one line that says
+what to do: the environment servers answer, accept the token, have room for the concurrency
+asked for, and the inference endpoint answers and serves the model.
+
+Standard library HTTP only (``urllib``), with short timeouts: a check never hangs a rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from envsdk.errors import EnvSDKError
+
+__all__ = ["PreflightError", "check_env_servers", "check_inference"]
+
+_TIMEOUT_S = 5.0
+
+
+class PreflightError(EnvSDKError):
+    """A rollout cannot start; the message says why and what to do."""
+
+
+def _http_base(url: str) -> str:
+    url = url.rstrip("/")
+    for ws, http in (("ws://", "http://"), ("wss://", "https://")):
+        if url.startswith(ws):
+            url = http + url[len(ws):]
+    return url.removesuffix("/ws")
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """(status, parsed JSON body or None). Raises `OSError` when nothing answers."""
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as reply:
+            status, body = reply.status, reply.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read(1 << 20)
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, None
+
+
+def check_env_servers(urls: Sequence[str], concurrency: int) -> None:
+    """Every ``http(s)://``/``ws(s)://`` URL in `urls` answers ``/health``, accepts
+    ``$ENVSDK_TOKEN`` (if it asks for one), and together they have `concurrency` free sessions
+    (servers that do not report capacity, such as plain OpenEnv ones, are not counted).
+    Other entries (pool names, replicas files) are left to the pool."""
+    token = os.environ.get("ENVSDK_TOKEN")
+    free_total, counted = 0, []
+    for url in urls:
+        if not url.startswith(("http://", "https://", "ws://", "wss://")):
+            continue
+        base = _http_base(url)
+        try:
+            _, health = _get(base + "/health")
+        except OSError as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PreflightError(
+                f"no environment server answers at {base} ({reason}): start it (e.g. `envsdk serve "
+                "my_module:MyEnv --port 8000`, `python -m servers.sudoku --port 8000`) or fix --base-url"
+            ) from None
+        status, body = _get(base + "/metadata", {"Authorization": f"Bearer {token}"} if token else {})
+        if status == 401:
+            detail = body.get("detail") if isinstance(body, dict) else None
+            reason = detail.get("reason") if isinstance(detail, dict) else None
+            if token:
+                raise PreflightError(f"{base} refused the token in $ENVSDK_TOKEN ({reason}): set the server's token")
+            raise PreflightError(f"{base} requires a token: set ENVSDK_TOKEN=<the server's token> and run again")
+        if isinstance(health, dict) and isinstance(health.get("max_sessions"), int):
+            active = int(health.get("active_sessions") or 0)
+            free_total += max(0, health["max_sessions"] - active)
+            counted.append(f"{base} {active}/{health['max_sessions']} sessions in use")
+    if counted and free_total < concurrency:
+        raise PreflightError(
+            f"{'; '.join(counted)}: {free_total} free, but --concurrency is {concurrency}: lower "
+            f"--concurrency to {max(free_total, 1)} or restart the server with MAX_CONCURRENT_ENVS="
+            f"{concurrency} (envsdk serve --max-concurrent-envs {concurrency})"
+        )
+
+
+def check_inference(api_base: str, model: str) -> None:
+    """The OpenAI-compatible endpoint `api_base` answers ``GET /models`` and lists `model`."""
+    base = api_base.rstrip("/")
+    key = os.environ.get("OPENAI_API_KEY")
+    try:
+        status, body = _get(base + "/models", {"Authorization": f"Bearer {key}"} if key else {})
+    except OSError as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PreflightError(
+            f"no inference server answers at {base} ({reason}): start one (e.g. `vllm serve {model}`) "
+            "or fix --api-base (an OpenAI-compatible URL ending in /v1)"
+        ) from None
+    if status != 200:
+        raise PreflightError(f"{base}/models answered HTTP {status}: check --api-base and $OPENAI_API_KEY")
+    data = body.get("data") if isinstance(body, dict) else None
+    served = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    if served and model not in served:
+        raise PreflightError(f"{base} does not serve the model {model!r}; it serves: {', '.join(served)}")

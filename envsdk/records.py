@@ -1,0 +1,155 @@
+"""The ``completions.jsonl`` record: one JSON object per trajectory, schema ``envsdk.completions/1``.
+
+Every field has one shape, and nothing is written twice:
+
+=====================  ======================================================================
+``schema``             ``"envsdk.completions/1"`` (readers refuse other values)
+``uuid``               the episode's id (the dataset row's ``uuid`` when it has one)
+``env``                the environment's name (``env_config["name"]``)
+``seed``               the seed the episode was reset with, or null
+``env_config``         the dataset row's ``env_config``, as given
+``status``             ``done`` | ``max_turns`` | ``length`` | ``error`` | ``cancelled``
+``reason``             why it ended, in words, or null
+``error_kind``         the exception class name when ``status`` is ``error``, else null
+``success``            the scheduler's verdict (Sudoku: solved)
+``turns``              policy replies
+``total_reward``       the episode's reward (what a trainer gets)
+``step_rewards``       the environment's reward at each step, one number per step
+``reward_components``  name → ``{"value": episode value, "steps": [one value per step]}``;
+                       a step value is null where the part was not evaluated, ``steps`` is
+                       ``[]`` for a part with no per-step value. Any scheduler or rubric
+                       fills it: episode values from ``rollout_infos["reward_parts"]``,
+                       per-step values from each step's ``components`` (`envsdk.rewards`)
+``infos``              the scheduler's other episode facts (``rollout_infos`` without the
+                       numbers above), e.g. Sudoku's ``cells_filled`` and ``moves_tried``
+``messages``           the conversation: what the model read and what it replied
+``timings``            seconds: ``reset``, ``policy``, ``env``, ``total``
+``steps``              only in the full form (``envsdk rollout --record full``): per step
+                       ``turn``, ``action``, ``observation`` (the full structured one),
+                       ``reward``, ``done``, ``info``, ``duration_s``; and ``reset_info``
+=====================  ======================================================================
+
+The default, lean form leaves ``steps`` and ``reset_info`` out: the model's view of every
+observation is already in ``messages``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from envsdk.rewards.parts import REWARD_PARTS
+
+if TYPE_CHECKING:
+    from envsdk.schedulers.base import Trajectory
+
+__all__ = [
+    "SCHEMA", "RecordForm", "trajectory_record", "episode_components", "RecordError", "check_record", "quantile",
+]
+
+SCHEMA = "envsdk.completions/1"
+RecordForm = Literal["lean", "full"]
+
+# Keys of rollout_infos that the record already holds elsewhere: never copied into ``infos``.
+_NOT_INFOS = frozenset({"total_reward", "step_rewards", REWARD_PARTS})
+
+
+class RecordError(ValueError):
+    """A JSON object is not a ``envsdk.completions/1`` record."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank `q` quantile of non-empty `values`: always one of the values, so a 0/1
+    reward has a 0/1 p90, never an interpolated 0.5."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def episode_components(trajectory: Trajectory) -> dict[str, float]:
+    """The episode values of the trajectory's reward components: the numbers its scheduler put
+    in ``rollout_infos["reward_parts"]`` (a name → number mapping)."""
+    declared = trajectory.rollout_infos.get(REWARD_PARTS)
+    if not isinstance(declared, dict):
+        return {}
+    return {str(k): v for k, v in ((k, _number(v)) for k, v in declared.items()) if v is not None}
+
+
+def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict[str, Any]:
+    """The JSON-ready record of `trajectory` in `form` (see the module docstring)."""
+    values = episode_components(trajectory)
+    per_step: dict[str, list[float | None]] = {}
+    for step in trajectory.steps:
+        for name in step.components:
+            # When the scheduler declares its components, a step's other numbers (a running
+            # total) are not components.
+            if not values or name in values:
+                per_step.setdefault(name, [])
+    for name in per_step:
+        per_step[name] = [_number(s.components.get(name)) for s in trajectory.steps]
+    components = {
+        name: {"value": values.get(name), "steps": per_step.get(name, [])}
+        for name in [*values, *(n for n in per_step if n not in values)]
+    }
+    infos = {k: v for k, v in trajectory.rollout_infos.items() if k not in _NOT_INFOS and k not in values}
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "uuid": trajectory.uuid,
+        "env": trajectory.env_config.get("name"),
+        "seed": trajectory.seed,
+        "env_config": trajectory.env_config,
+        "status": trajectory.status,
+        "reason": trajectory.reason,
+        "error_kind": trajectory.error_kind,
+        "success": trajectory.success,
+        "turns": trajectory.turns,
+        "total_reward": trajectory.total_reward,
+        "step_rewards": trajectory.step_rewards,
+        "reward_components": components,
+        "infos": infos,
+        "messages": trajectory.messages,
+        "timings": trajectory.timings,
+    }
+    if form == "full":
+        record["steps"] = [
+            {
+                "turn": s.turn,
+                "action": s.action,
+                "observation": s.observation,
+                "reward": s.reward,
+                "done": s.done,
+                "info": s.info,
+                "duration_s": s.duration_s,
+            }
+            for s in trajectory.steps
+        ]
+        record["reset_info"] = trajectory.reset_info
+    return record
+
+
+def check_record(record: Any, where: str) -> dict[str, Any]:
+    """`record` if it is a ``envsdk.completions/1`` record, else `RecordError` naming `where`."""
+    if not isinstance(record, dict):
+        raise RecordError(f"{where}: expected a JSON object (a trajectory record), got {type(record).__name__}")
+    schema = record.get("schema")
+    if schema != SCHEMA:
+        raise RecordError(
+            f"{where}: schema is {json.dumps(schema)}, this envsdk reads {SCHEMA!r} (records written "
+            "by `envsdk rollout --out`); re-run the rollout with this version"
+        )
+    if _number(record.get("total_reward")) is None:
+        raise RecordError(f"{where}: no numeric 'total_reward'")
+    components = record.get("reward_components")
+    if not isinstance(components, dict) or any(
+        not isinstance(c, dict) or "value" not in c or not isinstance(c.get("steps"), list)
+        for c in components.values()
+    ):
+        raise RecordError(f"{where}: 'reward_components' must map names to {{'value': number, 'steps': [...]}}")
+    return record

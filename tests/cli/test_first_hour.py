@@ -1,0 +1,336 @@
+"""A newcomer's first hour, one test per stumbling block: the real ``envsdk`` command in a
+temporary folder with no PYTHONPATH, against real servers started as a user would start them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.conftest import (
+    ENVSDK,
+    REPO,
+    ServeFn,
+    assert_one_line_error,
+    envsdk,
+    user_env,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+POLICY_PLUGIN = """\
+from envsdk.policies import Policy
+
+class AlwaysDown(Policy):
+    async def act(self, messages):
+        return "<action>down</action>"
+"""
+
+ENV_PLUGIN = """\
+from envsdk.env import Env
+from envsdk.registry import envs
+
+class CountEnv(Env):
+    '''Ends after three replies; reward 1 for each non-empty one.'''
+    def __init__(self, env_config):
+        self.turn = 0
+    async def reset(self, config):
+        self.turn = 0
+        return "say anything", {}, None
+    async def step(self, messages):
+        self.turn += 1
+        reply = messages[-1]["content"]
+        return f"turn {self.turn}", float(bool(reply)), self.turn >= 3, {}
+    async def close(self):
+        pass
+
+class BrokenEnv(CountEnv):
+    async def reset(self, config):
+        raise RuntimeError("the reset is broken")
+
+envs["my_env"] = CountEnv
+envs["broken_env"] = BrokenEnv
+"""
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# 1 ------------------------------------------------------------------------------------------
+
+
+def test_1_targets_policies_and_files_import_from_the_users_folder(folder: Path, serve: ServeFn) -> None:
+    (folder / "my_policy.py").write_text(POLICY_PLUGIN, encoding="utf-8")
+    checked = envsdk("check-env", "my_env:MyEnv", cwd=folder)
+    assert checked.returncode == 0, checked.stderr
+    for target in ("my_env:MyEnv", "my_env.py:MyEnv"):
+        url = serve(target, cwd=folder)
+        assert httpx.get(url + "/metadata", timeout=5).json()["name"] == "MyEnv"
+    rolled = envsdk(
+        "rollout", "--env", "frozen_lake", "--policy", "my_policy:AlwaysDown", "--episodes", "2",
+        "--max-turns", "3", "--no-progress", cwd=folder,
+    )
+    assert rolled.returncode == 0, rolled.stderr
+    assert all(r["messages"][-1]["content"] == "<action>down</action>" or r["status"] != "done"
+               for r in _records(folder / "completions.jsonl"))
+
+
+# 2 ------------------------------------------------------------------------------------------
+
+
+def test_2_mistakes_on_the_rollout_line_answer_in_one_line(folder: Path) -> None:
+    # The README's own line without --api-base.
+    no_api = envsdk("rollout", "--env", "sudoku", "--base-url", "http://127.0.0.1:9", "--policy", "openai",
+                    "--model", "X", cwd=folder)
+    assert_one_line_error(no_api, "--api-base")
+    assert no_api.returncode == 2
+    no_model = envsdk("rollout", "--env", "frozen_lake", "--policy", "transformers", cwd=folder)
+    assert_one_line_error(no_model, "--model")
+    missing_plugin = envsdk("rollout", "--env", "my_env", "--external-plugins", "nope.py", cwd=folder)
+    assert_one_line_error(missing_plugin, "plugin file not found: nope.py")
+    bad_policy = envsdk("rollout", "--env", "frozen_lake", "--policy", "nope:Policy", cwd=folder)
+    assert_one_line_error(bad_policy, "no module named 'nope'")
+
+
+# 3 ------------------------------------------------------------------------------------------
+
+
+def test_3_a_plugin_env_rolls_out_with_the_default_policy(folder: Path) -> None:
+    (folder / "my_plugin.py").write_text(ENV_PLUGIN, encoding="utf-8")
+    result = envsdk("rollout", "--env", "my_env", "--external-plugins", "my_plugin.py", "--episodes", "4",
+                    "--no-progress", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    records = _records(folder / "completions.jsonl")
+    assert len(records) == 4 and {r["status"] for r in records} == {"done"}
+    assert all(r["turns"] == 3 for r in records)
+
+
+# 4 ------------------------------------------------------------------------------------------
+
+
+def test_4_nothing_ran_means_a_non_zero_exit_and_one_line_saying_what_to_do(
+    folder: Path, serve: ServeFn
+) -> None:
+    from envsdk.testing import free_port
+
+    down = envsdk("rollout", "--env", "sudoku", "--base-url", f"http://127.0.0.1:{free_port()}", "--episodes", "4",
+                  "--no-progress", cwd=folder)
+    assert_one_line_error(down, "no environment server answers", "start it")
+    assert down.returncode == 1
+
+    small = serve("my_env:MyEnv", "--max-concurrent-envs", "2", cwd=folder)
+    full = envsdk("rollout", "--env", "my_env", "--base-url", small, "--concurrency", "8", "--no-progress", cwd=folder)
+    assert_one_line_error(full, "MAX_CONCURRENT_ENVS=8", "--concurrency")
+
+    env = {**user_env(), "ENVSDK_TOKEN": "s3cret"}
+    locked = serve("my_env:MyEnv", cwd=folder, env=env)
+    no_token = envsdk("rollout", "--env", "my_env", "--base-url", locked, "--no-progress", cwd=folder)
+    assert_one_line_error(no_token, "requires a token", "ENVSDK_TOKEN")
+    with_token = envsdk("rollout", "--env", "my_env", "--base-url", locked, "--episodes", "2", "--no-progress",
+                        cwd=folder, env=env)
+    assert with_token.returncode == 0, with_token.stderr
+
+    open_url = serve("my_env:MyEnv", cwd=folder)
+    no_inference = envsdk("rollout", "--env", "my_env", "--base-url", open_url, "--policy", "openai", "--model", "m",
+                          "--api-base", f"http://127.0.0.1:{free_port()}/v1", "--no-progress", cwd=folder)
+    assert_one_line_error(no_inference, "no inference server answers", "--api-base")
+
+    (folder / "my_plugin.py").write_text(ENV_PLUGIN, encoding="utf-8")
+    broken = envsdk("rollout", "--env", "broken_env", "--external-plugins", "my_plugin.py", "--episodes", "3",
+                    "--no-progress", cwd=folder)
+    assert broken.returncode == 1
+    assert "no episode ran: all 3 ended in an error" in broken.stderr and "the reset is broken" in broken.stderr
+
+
+# 5 ------------------------------------------------------------------------------------------
+
+
+INFO_IGNORES_SEED = ENV_PLUGIN.replace(
+    'return "say anything", {}, None', 'import random\n        return "say anything", {"target": random.Random().random()}, None'
+)
+
+
+def test_5_check_env_runs_every_rule_on_the_readme_env_and_compares_reset_info(folder: Path) -> None:
+    checked = envsdk("check-env", "my_env:MyEnv", cwd=folder)
+    assert checked.returncode == 0, checked.stderr
+    assert "0 skipped" in checked.stdout and "skip " not in checked.stdout
+    assert "ok    step.returns" in checked.stdout and "ok    step.after_done_refused" in checked.stdout
+    (folder / "my_plugin.py").write_text(INFO_IGNORES_SEED, encoding="utf-8")
+    bad = envsdk("check-env", "my_env", "--external-plugins", "my_plugin.py", cwd=folder)
+    assert bad.returncode == 1
+    assert "FAILED rule reset.seed_determinism" in bad.stderr and "infos" in bad.stderr
+
+
+# 6 ------------------------------------------------------------------------------------------
+
+
+def test_6_the_readme_installs_a_cpu_torch_and_names_the_report_extra() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    # The TRL line must not send a CPU user to `pip install -e ".[train]"` alone.
+    train = readme.split("## Training (GRPO)", 1)[1].split("\n## ", 1)[0]
+    assert "bash scripts/setup.sh train" in train and "download.pytorch.org/whl/cpu" in train
+    seeing = readme.split("## Seeing it", 1)[1].split("\n## ", 1)[0]
+    assert '".[report]"' in seeing
+
+
+# 7 ------------------------------------------------------------------------------------------
+
+
+async def test_7_a_validation_error_names_the_field(folder: Path, serve: ServeFn) -> None:
+    from envsdk import EnvClient
+    from envsdk.errors import ServerError
+
+    url = serve("my_env:MyEnv", cwd=folder)
+    async with EnvClient(url) as client:
+        await client.reset(seed=1)
+        with pytest.raises(ServerError) as caught:
+            await client.step({"mesage": "typo"})
+    assert caught.value.code == "VALIDATION_ERROR"
+    assert "message: Field required" in str(caught.value)
+
+
+# 8 ------------------------------------------------------------------------------------------
+
+
+def test_8_http_step_says_it_is_stateless_and_the_readme_says_so(folder: Path, serve: ServeFn) -> None:
+    url = serve("my_env:MyEnv", cwd=folder)
+    assert httpx.post(url + "/reset", json={"seed": 1}, timeout=5).status_code == 200
+    step = httpx.post(url + "/step", json={"action": {"message": "hi"}}, timeout=5)
+    assert step.status_code == 500
+    assert "HTTP /step is stateless" in step.json()["detail"]["message"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "`/reset`, `/step` and `/state` are stateless" in readme
+
+
+# 9 ------------------------------------------------------------------------------------------
+
+
+def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = envsdk("rollout", "--env", "sudoku", "--episodes", "8", "--no-progress", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    path = folder / "completions.jsonl"
+    records = _records(path)
+    assert len(records) == 8
+    for record in records:
+        assert record["schema"] == "envsdk.completions/1"
+        assert "steps" not in record and "data_dict" not in record and "rollout_infos" not in record
+        components = record["reward_components"]
+        assert set(components) == {"empty_cell", "valid_move", "repetition", "progress", "correct"}
+        for name, component in components.items():
+            assert set(component) == {"value", "steps"}
+            assert isinstance(component["value"], float)
+            assert component["steps"] == [] or len(component["steps"]) == len(record["step_rewards"]), name
+        assert "cells_filled" in record["infos"] and "cells_filled" not in components
+    full = envsdk("rollout", "--env", "sudoku", "--episodes", "8", "--record", "full", "--out", "full.jsonl",
+                  "--no-progress", cwd=folder)
+    assert full.returncode == 0, full.stderr
+    full_records = _records(folder / "full.jsonl")
+    assert all("observation" in s for r in full_records for s in r["steps"])
+    # Lean: the same episodes in well under half the bytes of the full form.
+    assert path.stat().st_size < 0.5 * (folder / "full.jsonl").stat().st_size
+    summary = result.stdout
+    assert "cells_filled" not in summary and "reward components (5):" in summary
+    for line in summary.splitlines():
+        if line.strip().startswith(("total_reward", "correct", "empty_cell")):
+            assert line.split()[-1] == "8", line  # n shown: every row over the 8 episodes
+    correct_p90 = next(line for line in summary.splitlines() if line.strip().startswith("correct")).split()[3]
+    assert correct_p90 in ("0.000", "1.000")  # nearest rank: an observed value
+    report = envsdk("report", "completions.jsonl", cwd=folder)
+    assert report.returncode == 0, report.stderr
+    page = (folder / "completions_report" / "report.html").read_text(encoding="utf-8")
+    assert "<td>valid_move</td>" in page and "<td>cells_filled</td>" not in page
+
+
+# 10 -----------------------------------------------------------------------------------------
+
+
+def test_10_ctrl_c_prints_the_finished_episodes_summary_without_tracebacks(folder: Path) -> None:
+    proc = subprocess.Popen(
+        [str(ENVSDK), "rollout", "--env", "sudoku", "--episodes", "400", "--concurrency", "2", "--no-progress"],
+        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group: SIGINT reaches it all, as from a terminal
+    )
+    try:
+        out = folder / "completions.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not out.exists() or len(_records(out)) < 1):
+            time.sleep(0.2)
+        assert out.exists() and len(_records(out)) >= 1, "no episode finished in time"
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "interrupted:" in stderr and "of 400 episodes finished" in stderr
+    assert "success rate" in stdout
+
+
+# 12 -----------------------------------------------------------------------------------------
+
+
+def test_12_unknown_env_names_the_env_and_a_close_match(folder: Path) -> None:
+    result = envsdk("rollout", "--env", "frozen_lak", cwd=folder)
+    assert_one_line_error(result, "unknown environment 'frozen_lak'", "Did you mean 'frozen_lake'?")
+
+
+def test_12_serving_a_built_app_with_another_capacity_is_refused_not_ignored(folder: Path) -> None:
+    result = envsdk("serve", "my_env:app", "--max-concurrent-envs", "8", cwd=folder, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "max_concurrent_envs=256" in result.stderr and "--max-concurrent-envs 8" in result.stderr
+
+
+def test_12_metadata_describes_the_users_env_not_envsdks_base_class(folder: Path, serve: ServeFn) -> None:
+    source = (folder / "my_env.py").read_text(encoding="utf-8")
+    (folder / "my_env.py").write_text(
+        source.replace("class MyEnv(Environment):\n", 'class MyEnv(Environment):\n    """Says back what it hears."""\n'),
+        encoding="utf-8",
+    )
+    (folder / "plain_env.py").write_text(source, encoding="utf-8")
+    described = serve("my_env:MyEnv", cwd=folder)
+    assert httpx.get(described + "/metadata", timeout=5).json()["description"] == "Says back what it hears."
+    plain = serve("plain_env:MyEnv", cwd=folder)
+    assert httpx.get(plain + "/metadata", timeout=5).json()["description"] == "MyEnv environment"
+
+
+def test_12_the_plain_openenv_warning_prints_once_per_server(folder: Path) -> None:
+    from envsdk.testing import running_server
+    from envsdk.testing.openenv_echo import make_openenv_app
+
+    with running_server(make_openenv_app(max_concurrent_envs=8)) as url:
+        result = envsdk("rollout", "--env", "echo", "--base-url", url, "--episodes", "5", "--max-turns", "1",
+                        "--no-progress", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("does not support envsdk sessions") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "flags"),
+    [("servers.sudoku", ["--board-workers", "1"]), ("servers.textarena", ["--game-workers", "1", "--env-id", "2048-v0"])],
+)
+def test_12_the_game_servers_take_no_web_and_token(folder: Path, serve: ServeFn, module: str, flags: list[str]) -> None:
+    url = serve("--no-web", "--token", "s3cret", *flags, cwd=folder, module=module)
+    assert httpx.get(url + "/metadata", timeout=5).status_code == 401
+    headers = {"Authorization": "Bearer s3cret"}
+    assert httpx.get(url + "/metadata", headers=headers, timeout=5).status_code == 200
+    assert httpx.get(url + "/web", headers=headers, timeout=5).status_code == 404
+
+
+def test_12_exports_help_and_docs_a_user_reads() -> None:
+    import envsdk
+    from envsdk.client.pool import EnvPool
+    from envsdk.server import ServerConfig
+
+    assert envsdk.EnvPool is EnvPool and "EnvPool" in envsdk.__all__
+    assert "max_concurrent_envs: Most sessions" in (ServerConfig.__doc__ or "")
+    assert "DESIGN.md" not in (REPO / "envsdk" / "protocol.py").read_text(encoding="utf-8")

@@ -1,0 +1,86 @@
+"""The README's walk-through, as a reader does it: ``my_env.py`` written exactly as the README's
+snippet shows (its ``...`` filled in), then the README's commands in an empty temporary folder
+with no PYTHONPATH — check-env (every rule runs, none is skipped), serve, rollout with the
+default policy, report — and the env played by hand on ``/web`` in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.conftest import REPO, ServeFn, envsdk
+from tests.web.conftest import headless_chromium
+
+
+def _readme_commands() -> list[str]:
+    """The bash block of the README's walk-through (right after the serving snippet)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("Your own environment, from an empty folder", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "README.md: no walk-through commands"
+    return [line.split("#", 1)[0].strip().rstrip("&").strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    yield from headless_chromium()
+
+
+@pytest.mark.timeout(300)
+def test_the_readme_walkthrough_from_an_empty_folder(folder: Path, serve: ServeFn, browser: object) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    check, serve_line, rollout_line, report_line = _readme_commands()
+    assert check == "envsdk check-env my_env:MyEnv"
+    assert serve_line == "envsdk serve my_env:MyEnv --port 8000"
+    assert rollout_line.startswith("envsdk rollout --env my_env --base-url http://127.0.0.1:8000")
+    assert report_line == "envsdk report completions.jsonl"
+
+    checked = envsdk(*check.split()[1:], cwd=folder)
+    assert checked.returncode == 0, checked.stderr
+    assert re.search(r": 10 rules passed, 0 skipped; the checked episode ended", checked.stdout), checked.stdout
+
+    # Served on a free port rather than 8000: the rest of the line as the README writes it.
+    url = serve(*serve_line.split()[2:-2], cwd=folder)
+    rollout_args = rollout_line.replace("http://127.0.0.1:8000", url).split()[1:]
+    rolled = envsdk(*rollout_args, "--no-progress", cwd=folder)
+    assert rolled.returncode == 0, rolled.stderr
+    records = [json.loads(line) for line in (folder / "completions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 8 and {r["status"] for r in records} == {"done"} and {r["turns"] for r in records} == {3}
+    assert sorted(r["seed"] for r in records) == list(range(8))  # written as they finish
+    reported = envsdk(*report_line.split()[1:], cwd=folder)  # matplotlib: the test extra has it
+    assert reported.returncode == 0, reported.stderr
+    assert (folder / "completions_report" / "report.html").is_file()
+
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    text = lambda element_id: str(browser.find_element(By.ID, element_id).text)  # noqa: E731
+    idle = lambda d: d.execute_script("return document.body.dataset.busy === '0'")  # noqa: E731
+    browser.get(f"{url}/web")
+    wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+    assert text("env-name") == "MyEnv"
+    assert not browser.find_element(By.ID, "variant-label").is_displayed()  # MyEnv has no env_id
+    action = browser.find_element(By.ID, "action-text")
+    assert action.get_attribute("placeholder") == "text for `message`"
+    browser.find_element(By.ID, "seed").send_keys("5")
+    browser.find_element(By.ID, "reset-btn").click()
+    wait.until(lambda d: idle(d) and text("obs-view") == "say something (seed 5)")
+    assert text("step-count") == "0"
+    for n, word in enumerate(("hello", "again"), start=1):
+        action.clear()
+        action.send_keys(word)
+        browser.find_element(By.ID, "step-btn").click()
+        wait.until(lambda d, n=n: idle(d) and text("step-count") == str(n))
+        assert text("obs-view") == f"you said {word!r}"  # the observation's text, not raw JSON
+        assert text("reward") == str(len(word))
+    history = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#history li")]
+    assert len(history) == 3
+    assert "say something (seed 5)" in history[0] and "you said 'hello'" in history[1]
+    assert httpx.get(url + "/health", timeout=5).json()["active_sessions"] == 1
+
