@@ -57,7 +57,8 @@ def test_out_dir_holds_the_comparison_and_one_folder_per_label(
 def test_an_unreadable_file_fails_the_comparison_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = _rollouts("random", tmp_path / "before")
     bad = tmp_path / "after.jsonl"
-    bad.write_text('{"total_reward": 1.0}\nnot json\n', encoding="utf-8")
+    first_record = good.read_text(encoding="utf-8").splitlines()[0]
+    bad.write_text(f"{first_record}\nnot json\n", encoding="utf-8")
     with pytest.raises(ReportError, match="after.jsonl:2"):
         write_comparison([good, bad], tmp_path / "c.png")
     assert main(["report", str(good), str(bad)]) == 2
