@@ -12,6 +12,12 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
   number): mean total reward (with min–max band), success rate and mean components per step;
 * ``report.html`` — a summary table and the images above.
 
+Given several files (``envsdk report before.jsonl after.jsonl``), it writes each file's report
+beside it (or into ``<out-dir>/<label>/``) and ``compare.png`` into the output folder (default:
+``comparison_report/`` in the files' common folder): success rate and mean total reward of each
+file side by side, with their standard errors — a before/after plot. A file's label is its
+folder's name when the file is called ``completions.jsonl``, else its stem.
+
 Plots are drawn with matplotlib's Agg backend through `matplotlib.figure.Figure` (no pyplot
 global state, no display); matplotlib is the ``report`` extra.
 """
@@ -38,6 +44,7 @@ __all__ = [
     "Report",
     "load_episodes",
     "write_report",
+    "write_comparison",
     "add_report_parser",
     "report_command",
 ]
@@ -305,6 +312,49 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
     return Report(html=page, plots=plots)
 
 
+# ---------------------------------------------------------------- comparison
+
+
+def _label(path: Path) -> str:
+    return path.parent.name if path.stem == "completions" and path.parent.name else path.stem
+
+
+def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
+    """Plot success rate and mean total reward of each file in `paths` side by side (error
+    bars: one standard error) into the PNG `out` (its folder is created). Returns `out`.
+    Raises `ReportError` for unreadable input (see `load_episodes`)."""
+    sources = [Path(p) for p in paths]
+    loaded = [(_label(p), load_episodes(p)) for p in sources]
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    labels = [label for label, _ in loaded]
+    fig = _figure(max(6.4, 1.6 * len(loaded) + 3.0), 3.6)
+    rate_ax, reward_ax = fig.subplots(1, 2)
+    rates, rate_errors, means, mean_errors = [], [], [], []
+    for _, episodes in loaded:
+        n = len(episodes)
+        rate = sum(e.success for e in episodes) / n
+        rates.append(rate)
+        rate_errors.append(math.sqrt(rate * (1 - rate) / n))
+        rewards = [e.total_reward for e in episodes]
+        mean = fmean(rewards)
+        means.append(mean)
+        mean_errors.append(math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1) / n))
+    colors = ["#8a99b3", "#2f6fde", "#12805c", "#d98b2b", "#8a6fd1"]
+    for ax, values, errors, title in (
+        (rate_ax, rates, rate_errors, "success rate"),
+        (reward_ax, means, mean_errors, "mean total reward"),
+    ):
+        palette = [colors[i % len(colors)] for i in range(len(labels))]
+        bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], label_type="center", color="white")
+        ax.set_title(f"{title} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in loaded), fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    rate_ax.set_ylim(0, 1.05)
+    fig.savefig(target)
+    return target
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -316,8 +366,15 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Plot the trajectories of a completions.jsonl file: reward and component "
         "distributions, success and turns, and reward curves for training files.",
     )
-    parser.add_argument("completions", help="JSON-lines file of trajectories (envsdk rollout --out)")
-    parser.add_argument("--out-dir", default=None, help="output folder (default: <stem>_report/ beside the file)")
+    parser.add_argument(
+        "completions", nargs="+",
+        help="JSON-lines file(s) of trajectories (envsdk rollout --out); several: also compare.png",
+    )
+    parser.add_argument(
+        "--out-dir", default=None,
+        help="output folder (default: <stem>_report/ beside the file; several files: "
+        "comparison_report/ in their common folder)",
+    )
     parser.set_defaults(func=report_command)
     return parser
 
@@ -329,12 +386,29 @@ def report_command(args: argparse.Namespace) -> int:
     except ImportError:
         print("error: envsdk report needs matplotlib: pip install 'envsdk[report]'", file=sys.stderr)
         return 2
+    files = [Path(p) for p in args.completions]
     try:
-        report = write_report(args.completions, args.out_dir)
+        if len(files) == 1:
+            reports = [write_report(files[0], args.out_dir)]
+            compare = None
+        else:
+            given = Path(args.out_dir) if args.out_dir is not None else None
+            folder = given or _common_folder(files) / "comparison_report"
+            compare = write_comparison(files, folder / "compare.png")
+            reports = [write_report(f, given / _label(f) if given else None) for f in files]
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for path in report.plots.values():
-        print(path)
-    print(report.html)
+    for report in reports:
+        for path in report.plots.values():
+            print(path)
+        print(report.html)
+    if compare is not None:
+        print(compare)
     return 0
+
+
+def _common_folder(files: Sequence[Path]) -> Path:
+    import os
+
+    return Path(os.path.commonpath([str(f.resolve().parent) for f in files]))

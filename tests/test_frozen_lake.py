@@ -150,6 +150,38 @@ async def test_env_config_from_the_row_overrides_the_constructor() -> None:
     assert env.game.grid == FrozenLakeGame.generate(size=6, seed=2).grid
 
 
+async def test_fixed_map_is_played_whatever_the_seed() -> None:
+    env = FrozenLakeEnv({"map": "SFH/FFF/HFG"})
+    grids = set()
+    for seed in range(5):
+        observation, info, _ = await env.reset(_request(seed, size=6))
+        assert env.game is not None
+        grids.add(env.game.grid)
+        assert "P F H\nF F F\nH F G" in observation and info["goal"] == [2, 2]
+    assert grids == {("SFH", "FFF", "HFG")}
+    for move in ("right", "down", "down"):
+        assert (await env.step(_reply(f"<action>{move}</action>")))[1:3] == (0.0, False)
+    assert (await env.step(_reply("<action>right</action>")))[1:3] == (1.0, True)
+    assert FrozenLakeGame.from_map(["sfh", "fff", "hfg"]).grid == ("SFH", "FFF", "HFG")
+
+
+@pytest.mark.parametrize(
+    "layout, problem",
+    [
+        ("SF/FFG", "square"),
+        ("S", "square"),
+        ("SFX/FFF/HFG", "only S, F, H and G"),
+        ("SFF/FSF/FFG", "exactly one S and one G"),
+        ("SFF/FFF/FFF", "exactly one S and one G"),
+        ("SHF/HHF/FFG", "no path"),
+        (["SF", 3], "rows of text"),
+    ],
+)
+async def test_bad_fixed_maps_are_refused_with_the_reason(layout: Any, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        await FrozenLakeEnv({"map": layout}).reset(_request(0))
+
+
 async def test_env_plays_the_oracle_path_to_reward_one() -> None:
     env = FrozenLakeEnv()
     await env.reset(_request(11))
