@@ -50,8 +50,8 @@ def render(results: list[tuple[str, LevelResult]], args: argparse.Namespace, com
         "## Tool calls vs steps (MCP tools/call on /ws vs step)",
         "",
         f"Command: `{command}`  ",
-        machine_line() + " The machine was shared with other engineers' test runs: absolute numbers are noisy; "
-        "the two kinds alternate on one server so the ratio is the figure to read.  ",
+        machine_line() + " Absolute numbers move with the machine's load; the two kinds alternate on one "
+        "server so the ratio is the figure to read.  ",
         f"{args.sessions} sessions, each looping reset + {STEPS_PER_RESET} requests for {args.duration:g} s per round; "
         "every request/reply counts.",
         "",
