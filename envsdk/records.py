@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from envsdk.rewards.parts import REWARD_PARTS
@@ -153,3 +154,20 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
     ):
         raise RecordError(f"{where}: 'reward_components' must map names to {{'value': number, 'steps': [...]}}")
     return record
+
+
+def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
+    """The JSON value of each non-blank line of `path`, with where it is (``file:line``).
+    Raises `error` naming the file for a missing file, and the line for a line that is not JSON."""
+    source = Path(path)
+    if not source.is_file():
+        raise error(f"{source}: no such file")
+    with source.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}:{number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{where}: not JSON ({exc.msg})") from None

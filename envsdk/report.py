@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import math
 import sys
 from collections import Counter, defaultdict
@@ -36,7 +35,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from envsdk.records import RecordError, check_record, quantile
+from envsdk.records import RecordError, check_record, quantile, read_jsonl
 
 __all__ = [
     "ReportError",
@@ -106,22 +105,9 @@ def load_episodes(path: str | Path) -> list[Episode]:
     Raises `ReportError` naming the file and line for a missing file, bad JSON, a record that
     is not a trajectory, or a file with no records.
     """
-    source = Path(path)
-    if not source.is_file():
-        raise ReportError(f"{source}: no such file")
-    episodes: list[Episode] = []
-    with source.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReportError(f"{where}: not JSON ({exc.msg})") from None
-            episodes.append(_episode(record, where))
+    episodes = [_episode(record, where) for where, record in read_jsonl(path, ReportError)]
     if not episodes:
-        raise ReportError(f"{source}: no records")
+        raise ReportError(f"{path}: no records")
     return episodes
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.policies import POLICY_NAMES
-from envsdk.records import RecordForm, episode_components, quantile
+from envsdk.records import RecordForm, episode_components, quantile, read_jsonl
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -169,34 +169,23 @@ def load_dataset(path: str | Path) -> list[RolloutRequest]:
     """The rows of an ms-swift-style JSON-lines dataset: each an object with ``env_config``
     (``name`` required; ``base_url``, ``seed``, … as the scheduler reads them) and optionally
     ``messages`` (the prompt) and a ``uuid``. Raises `DatasetError` naming the file and line."""
-    source = Path(path)
-    if not source.is_file():
-        raise DatasetError(f"{source}: no such file")
     rows: list[RolloutRequest] = []
-    with source.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
-            config = row.get("env_config") if isinstance(row, dict) else None
-            if not isinstance(config, dict) or not isinstance(config.get("name"), str):
-                raise DatasetError(f'{where}: a row needs "env_config": {{"name": ENV, ...}}')
-            messages = row.get("messages") or []
-            if not isinstance(messages, list):
-                raise DatasetError(f"{where}: 'messages' must be a list of chat messages")
-            data = {k: v for k, v in row.items() if k not in ("messages", "uuid")}
-            uuid = row.get("uuid")
-            rows.append(
-                RolloutRequest(messages=messages, data_dict=data, uuid=str(uuid))
-                if uuid is not None
-                else RolloutRequest(messages=messages, data_dict=data)
-            )
+    for where, row in read_jsonl(path, DatasetError):
+        config = row.get("env_config") if isinstance(row, dict) else None
+        if not isinstance(config, dict) or not isinstance(config.get("name"), str):
+            raise DatasetError(f'{where}: a row needs "env_config": {{"name": ENV, ...}}')
+        messages = row.get("messages") or []
+        if not isinstance(messages, list):
+            raise DatasetError(f"{where}: 'messages' must be a list of chat messages")
+        data = {k: v for k, v in row.items() if k not in ("messages", "uuid")}
+        uuid = row.get("uuid")
+        rows.append(
+            RolloutRequest(messages=messages, data_dict=data, uuid=str(uuid))
+            if uuid is not None
+            else RolloutRequest(messages=messages, data_dict=data)
+        )
     if not rows:
-        raise DatasetError(f"{source}: no rows")
+        raise DatasetError(f"{path}: no rows")
     return rows
 
 

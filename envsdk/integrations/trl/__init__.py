@@ -65,7 +65,11 @@ from envsdk.integrations.trl.rewards import (
     with_env_reward,
 )
 from envsdk.integrations.trl.rollout_func import EnvironmentRollout, make_rollout_func
-from envsdk.integrations.trl.tools import ToolEnvironment, ToolEnvironmentFactory, tool_environment_factory
+from envsdk.integrations.trl.tools import (
+    ToolEnvironment,
+    ToolEnvironmentFactory,
+    tool_environment_factory,
+)
 
 __all__ = [
     "SUDOKU_REWARD_COMPONENTS",

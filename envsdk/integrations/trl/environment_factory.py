@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from envsdk.client.sync import background_loop
 from envsdk.env import Env, RolloutRequest
@@ -244,9 +244,18 @@ class MessageToolEnvironment(EpisodeEnvironment):
         return self._play(message)
 
 
-class EnvironmentFactory(Generic[EnvT]):
-    """The zero-argument callable TRL's ``environment_factory`` takes: each call makes one
-    `EpisodeEnvironment` (of `environment_class`) whose episodes `scheduler` runs.
+class _Releasable(Protocol):
+    def _release(self) -> None: ...
+
+
+InstT = TypeVar("InstT", bound=_Releasable)
+FactoryT = TypeVar("FactoryT", bound="PooledFactory[Any]")
+
+
+class PooledFactory(Generic[InstT]):
+    """What every ``environment_factory`` shares: the zero-argument callable TRL takes, making
+    one instance of `environment_class` per call (TRL pools them), and releasing every
+    instance's session on `close`.
 
     ``call_timeout`` bounds each blocking wait for the environment (None: the client's own
     timeouts bound it). ``num_processes`` is the number of training processes sharing the
@@ -257,21 +266,15 @@ class EnvironmentFactory(Generic[EnvT]):
     """
 
     def __init__(
-        self,
-        environment_class: type[EnvT],
-        scheduler: MultiTurnScheduler,
-        *,
-        call_timeout: float | None = None,
-        num_processes: int | None = None,
+        self, environment_class: type[InstT], *, call_timeout: float | None = None, num_processes: int | None = None
     ) -> None:
         self.environment_class = environment_class
-        self.scheduler = scheduler
         self.call_timeout = call_timeout
         self.num_processes = num_processes if num_processes is not None else _world_size()
-        self._instances: list[EnvT] = []
+        self._instances: list[InstT] = []
 
-    def __call__(self) -> EnvT:
-        instance = self.environment_class(self)
+    def __call__(self) -> InstT:
+        instance = self.environment_class(self)  # type: ignore[call-arg]
         self._instances.append(instance)
         return instance
 
@@ -294,7 +297,7 @@ class EnvironmentFactory(Generic[EnvT]):
         """A ``TrainerCallback`` that calls `close` when training ends."""
         return _CloseAtTrainEnd(self)
 
-    def __enter__(self) -> EnvironmentFactory[EnvT]:
+    def __enter__(self: FactoryT) -> FactoryT:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -302,11 +305,27 @@ class EnvironmentFactory(Generic[EnvT]):
 
 
 class _CloseAtTrainEnd(TrainerCallback):
-    def __init__(self, factory: EnvironmentFactory[Any]) -> None:
+    def __init__(self, factory: PooledFactory[Any]) -> None:
         self.factory = factory
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.factory.close()
+
+
+class EnvironmentFactory(PooledFactory[EnvT]):
+    """A `PooledFactory` of `EpisodeEnvironment` instances (of `environment_class`) whose
+    episodes `scheduler` runs."""
+
+    def __init__(
+        self,
+        environment_class: type[EnvT],
+        scheduler: MultiTurnScheduler,
+        *,
+        call_timeout: float | None = None,
+        num_processes: int | None = None,
+    ) -> None:
+        super().__init__(environment_class, call_timeout=call_timeout, num_processes=num_processes)
+        self.scheduler = scheduler
 
 
 def sudoku_environment_factory(

@@ -26,14 +26,9 @@ from envsdk.errors import CapacityError
 from envsdk.integrations.trl._common import (
     EnvironmentCapacityError,
     EpisodeError,
-    _world_size,
 )
+from envsdk.integrations.trl.environment_factory import PooledFactory
 from envsdk.tools import RESERVED_TOOL_NAMES, ToolSpec
-
-try:
-    from transformers import TrainerCallback
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("envsdk.integrations.trl needs TRL: pip install 'trl>=1.16' (or envsdk[train])") from exc
 
 __all__ = ["ToolEnvironment", "ToolEnvironmentFactory", "tool_environment_factory"]
 
@@ -138,13 +133,9 @@ def _tool_method(spec: ToolSpec) -> Callable[..., str]:
     return method
 
 
-class ToolEnvironmentFactory:
-    """The zero-argument callable TRL's ``environment_factory`` takes; each call makes one
-    instance of `environment_class` (a `ToolEnvironment` with the server's tools as methods).
-
-    Release: `close` closes every instance's session (idempotent); use the factory as a context
-    manager around ``trainer.train()``, or pass ``callbacks=[factory.callback()]``.
-    """
+class ToolEnvironmentFactory(PooledFactory[ToolEnvironment]):
+    """A `PooledFactory` of `ToolEnvironment` instances (of `environment_class`, with the
+    server's tools as methods), each holding one session of the server at `base_url`."""
 
     def __init__(
         self,
@@ -156,53 +147,15 @@ class ToolEnvironmentFactory:
         num_processes: int | None = None,
         client_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(environment_class, call_timeout=call_timeout, num_processes=num_processes)
         self.base_url = base_url
-        self.environment_class = environment_class
         self.reset_kwargs = dict(reset_kwargs or {})
-        self.call_timeout = call_timeout
-        self.num_processes = num_processes if num_processes is not None else _world_size()
         self.client_kwargs = dict(client_kwargs or {})
-        self._instances: list[ToolEnvironment] = []
-
-    def __call__(self) -> ToolEnvironment:
-        instance = self.environment_class(self)
-        self._instances.append(instance)
-        return instance
-
-    @property
-    def instances(self) -> int:
-        return len(self._instances)
-
-    @property
-    def sessions_needed(self) -> int:
-        return max(1, self.instances) * self.num_processes
 
     @property
     def tool_calls(self) -> int:
         """Tool calls made by every instance so far."""
         return sum(instance.calls for instance in self._instances)
-
-    def close(self) -> None:
-        for instance in self._instances:
-            instance._release()
-
-    def callback(self) -> TrainerCallback:
-        """A ``TrainerCallback`` that calls `close` when training ends."""
-        return _CloseAtTrainEnd(self)
-
-    def __enter__(self) -> ToolEnvironmentFactory:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-class _CloseAtTrainEnd(TrainerCallback):
-    def __init__(self, factory: ToolEnvironmentFactory) -> None:
-        self.factory = factory
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.factory.close()
 
 
 def tool_environment_factory(
