@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from envsdk.client.pool import health_url
 from envsdk.errors import EnvSDKError
 
 __all__ = ["PreflightError", "check_env_servers", "check_inference"]
@@ -26,11 +27,7 @@ class PreflightError(EnvSDKError):
 
 
 def _http_base(url: str) -> str:
-    url = url.rstrip("/")
-    for ws, http in (("ws://", "http://"), ("wss://", "https://")):
-        if url.startswith(ws):
-            url = http + url[len(ws):]
-    return url.removesuffix("/ws")
+    return health_url(url).removesuffix("/health")
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:

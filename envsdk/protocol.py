@@ -264,6 +264,16 @@ class FrameError(Exception):
         return error_reply(self.code, self.message, request_id=request_id, **self.details)
 
 
+def frame_size(raw: str | bytes, max_bytes: int) -> int:
+    """The UTF-8 size of a frame, as far as comparing it with `max_bytes` needs: at most 4
+    bytes a character, so only a non-ASCII text that could pass the limit by its length alone
+    is encoded to be measured (ASCII and short frames cost nothing)."""
+    size = len(raw)
+    if isinstance(raw, str) and size <= max_bytes < size * 4 and not raw.isascii():
+        size = len(raw.encode("utf-8", "surrogatepass"))
+    return size
+
+
 def decode_request(
     raw: str | bytes, *, max_bytes: int | None = None
 ) -> ResetRequest | StepRequest | StateRequest | CloseRequest | SessionRequest | McpRequest:
@@ -275,11 +285,7 @@ def decode_request(
     they are no Unicode text, and no reply could echo them.
     """
     if max_bytes is not None:
-        size = len(raw)
-        # At most 4 UTF-8 bytes a character: only a non-ASCII text that could pass the limit
-        # by its length alone is encoded to be measured (ASCII and short frames cost nothing).
-        if isinstance(raw, str) and size <= max_bytes < size * 4 and not raw.isascii():
-            size = len(raw.encode("utf-8", "surrogatepass"))
+        size = frame_size(raw, max_bytes)
         if size > max_bytes:
             raise FrameError(
                 ErrorCode.FRAME_TOO_LARGE,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from envsdk.registry import import_object
+from envsdk.registry import import_spec
 from envsdk.server.launch import serve
 
 try:
@@ -53,7 +53,7 @@ def _load_app(target: str, factory_kwargs: Mapping[str, Any]) -> Any:
     """The ASGI app named by ``"module:attribute"``: an app as is, or a factory's result."""
     from starlette.applications import Starlette
 
-    obj = import_object(target)
+    obj = import_spec(target)
     if isinstance(obj, Starlette):
         if factory_kwargs:
             raise TypeError(f"{target!r} is an app, not a factory: it takes no factory_kwargs")

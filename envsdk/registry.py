@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 from envsdk.errors import EnvNotFoundError, EnvSDKError
 
 __all__ = [
-    "Registry", "PluginLoadError", "envs", "schedulers", "load_plugins", "import_object", "import_spec",
+    "Registry", "PluginLoadError", "envs", "schedulers", "load_plugins", "import_spec",
 ]
 
 T = TypeVar("T")
@@ -41,21 +41,6 @@ T = TypeVar("T")
 
 class PluginLoadError(EnvSDKError):
     """A plugin file is missing, or raised while it was imported (the cause is chained)."""
-
-
-def import_object(spec: str) -> Any:
-    """Import ``"package.module:attribute"`` and return the attribute.
-
-    Raises `ImportError` when the module or the attribute does not exist.
-    """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ImportError(f"expected 'module:attribute', got {spec!r}")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
 
 
 def import_spec(spec: str) -> Any:

@@ -334,6 +334,17 @@ class FrozenLakeEnv(Env):
         if choice is not None and choice not in _RUBRICS:
             raise ValueError(f"FrozenLake rubric must be one of {list(_RUBRICS)} or None, got {choice!r}")
         self.rubric = FrozenLakeRubric() if choice == "shaped" else None
+        # Distances to the goal of the current map, by cell: the map is fixed for an episode,
+        # so each cell's shortest path is searched once, not on every step.
+        self._distances: tuple[FrozenLakeGame | None, dict[Cell, int | None]] = (None, {})
+
+    def _distance(self, game: FrozenLakeGame, cell: Cell) -> int | None:
+        if self._distances[0] is not game:
+            self._distances = (game, {})
+        known = self._distances[1]
+        if cell not in known:
+            known[cell] = _distance(game, cell)
+        return known[cell]
 
     async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
         cfg = {**self.env_config, **config.env_config}
@@ -387,12 +398,12 @@ class FrozenLakeEnv(Env):
     ) -> None:
         if self.rubric is None:
             return
-        start = _distance(game, game.start)
+        start = self._distance(game, game.start)
         transition = Transition(
             direction=direction,
             outcome=outcome,
-            distance_before=_distance(game, before),
-            distance_after=_distance(game, game.position),
+            distance_before=self._distance(game, before),
+            distance_after=self._distance(game, game.position),
             start_distance=start if start is not None else 0,
             done=game.done,
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import OpenEnvScheduler
+from envsdk.tools import ToolSpec
 
 __all__ = ["ToolScheduler", "parse_tool_call", "TOOLS_SYSTEM_MESSAGE"]
 
@@ -60,10 +61,11 @@ class ToolScheduler(OpenEnvScheduler):
         await super().on_trajectory_start(trajectory)
         listed, _ = await self.env_step(trajectory, {"type": "list_tools"})
         tools = _as_observation(listed.observation).get("tools") or []
+        specs = [ToolSpec.from_wire(t) for t in tools]
         described = "\n".join(
-            json.dumps({"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
-                                                        "parameters": t.get("input_schema") or t.get("inputSchema") or {}}})
-            for t in tools
+            json.dumps({"type": "function", "function": {"name": s.name, "description": s.description,
+                                                        "parameters": s.input_schema}})
+            for s in specs
         )
         block = TOOLS_SYSTEM_MESSAGE.format(tools=described)
         messages = trajectory.messages

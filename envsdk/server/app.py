@@ -398,18 +398,6 @@ async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> An
     """One call on a throw-away env, with the WebSocket path's checks and deadlines; it holds
     a slot of ``max_concurrent_envs`` while it runs (503 CAPACITY_REACHED when none is free)."""
     try:
-        table.take_slot()
-    except FrameError as exc:
-        return _http_error(table, exc)
-    table.stateless_calls += 1
-    try:
-        return await _stateless_call(table, what, data)
-    finally:
-        table.stateless_calls -= 1
-
-
-async def _stateless_call(table: SessionTable, what: str, data: dict[str, Any]) -> Any:
-    try:
         return await table.stateless(what, data)
     except FrameError as exc:
         if what == "step" and exc.code is ErrorCode.EXECUTION_ERROR:

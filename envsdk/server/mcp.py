@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, WebSocket
 
-from envsdk.protocol import ErrorCode, FrameError, McpRequest, dumps, encode_observation
+from envsdk.protocol import ErrorCode, FrameError, McpRequest, dumps, encode_observation, frame_size
 from envsdk.tools import tool_methods, tool_signature
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class _NativeTools(_Tools):
     def __init__(self, server: Any) -> None:
         self.server = server
         self._tools: dict[str, Any] | None = None
-        self._adapters: dict[str, Any] = {}
+        self._listed: list[dict[str, Any]] | None = None
 
     async def tools(self) -> dict[str, Any]:
         if self._tools is None:
@@ -170,7 +170,9 @@ class _NativeTools(_Tools):
         return self._tools
 
     async def list(self) -> list[dict[str, Any]]:
-        return [t.to_mcp_tool().model_dump(mode="json") for t in (await self.tools()).values()]
+        if self._listed is None:
+            self._listed = [t.to_mcp_tool().model_dump(mode="json") for t in (await self.tools()).values()]
+        return self._listed
 
     async def _invoke(self, session: Session, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         from fastmcp.exceptions import NotFoundError
@@ -179,9 +181,7 @@ class _NativeTools(_Tools):
         found = (await self.tools()).get(name)
         if found is None:
             raise NotFoundError(f"Unknown tool: {name!r}")
-        adapter = self._adapters.get(name)
-        if adapter is None:
-            adapter = self._adapters[name] = get_cached_typeadapter(found.fn)
+        adapter = get_cached_typeadapter(found.fn)  # cached per function by FastMCP
         token = _CALLER.set(session)
         try:
             value = await adapter.validate_python(arguments)
@@ -605,9 +605,9 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
             return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
         session.resumable = True
         _CREATED_OVER_MCP.add(session)
-        handle(session)
+        session_id = handle(session)
         table.keep(session)
-        return _response(request_id, {"session_id": handle(session)})
+        return _response(request_id, {"session_id": session_id})
     if method == "openenv/session/close":
         return _close(table, request_id, params, current=None)
     if "session_id" in params:
@@ -626,24 +626,12 @@ async def _post(table: SessionTable, payload: Any) -> dict[str, Any]:
 async def _stateless(table: SessionTable, request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A tool method on a throw-away env, as OpenEnv answers ``/mcp`` without a session; it
     holds a slot while it runs, like the stateless HTTP routes."""
-    from envsdk.server.sessions import Session
-
     try:
-        table.take_slot()
+        async with table.throwaway() as session:
+            return await _run_tool_method(session, request_id, method, params)
     except FrameError as exc:
         table.metrics.errors[exc.code.value] += 1
         return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
-    table.stateless_calls += 1
-    session = Session(table, None)
-    try:
-        session.env = await session._build_env()
-        return await _run_tool_method(session, request_id, method, params)
-    except FrameError as exc:
-        table.metrics.errors[exc.code.value] += 1
-        return _error(request_id, SERVER_ERROR, exc.message, {"code": exc.code.value, **exc.details})
-    finally:
-        table.stateless_calls -= 1
-        session.discard()
 
 
 def mount_mcp(app: FastAPI, table: SessionTable) -> None:
@@ -686,7 +674,7 @@ def mount_mcp(app: FastAPI, table: SessionTable) -> None:
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text") or message.get("bytes") or b""
-                size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+                size = frame_size(raw, limit)
                 if size > limit:  # the same bound as a /ws frame's
                     reply = _error(None, INVALID_REQUEST, f"Frame of {size} bytes exceeds the limit of {limit} bytes",
                                    {"code": ErrorCode.FRAME_TOO_LARGE.value, "limit": limit})

@@ -46,15 +46,17 @@ latest reply always.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import inspect
 import logging
 import secrets
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -451,13 +453,26 @@ class SessionTable:
             await asyncio.wait(set(self._background), timeout=wait_s)
         await self.executors.wait_threads(max(0.0, give_up_at - time.monotonic()))
 
-    async def stateless(self, what: str, data: dict[str, Any]) -> dict[str, Any]:
-        """OpenEnv's stateless HTTP call: a throw-away env (its slot is taken by the caller) is built, `what` ("reset",
-        "step" or "state") is called with the same checks and deadlines as on ``/ws``, and the
-        env is closed. Returns the reply's JSON body; raises FrameError."""
+    @contextlib.asynccontextmanager
+    async def throwaway(self) -> AsyncIterator[Session]:
+        """A session with no socket and a freshly built env, for one stateless call (OpenEnv's
+        HTTP routes, ``/mcp`` without a session): it holds a slot of ``max_concurrent_envs``
+        while it runs (`take_slot`'s FrameError when none is free) and is discarded after."""
+        self.take_slot()
+        self.stateless_calls += 1
         session = Session(self, None)
         try:
             session.env = await session._build_env()
+            yield session
+        finally:
+            self.stateless_calls -= 1
+            session.discard()
+
+    async def stateless(self, what: str, data: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's stateless HTTP call: `what` ("reset", "step" or "state") on a `throwaway`
+        session's env, with the same checks and deadlines as on ``/ws``. Returns the reply's
+        JSON body; raises FrameError."""
+        async with self.throwaway() as session:
             env = session.env
             if what == "state":
                 return await session._read_state()
@@ -469,8 +484,6 @@ class SessionTable:
                 obs = await session.call_env("step", env.step, (action,))
             body, reward, done, metadata = observation_parts(obs)
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
-        finally:
-            session.discard()
 
 
 def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
@@ -615,13 +628,14 @@ class Session:
     def _record(self, rid: str, digest: bytes, reply: str) -> None:
         replies = self._replies
         replies[rid] = (digest, reply)
-        self._replay_bytes += len(reply)
+        # Memory held, not characters: a non-ASCII reply takes 2-4 bytes per character.
+        self._replay_bytes += sys.getsizeof(reply)
         config = self.table.config
         while len(replies) > 1 and (
             len(replies) > config.replay_window or self._replay_bytes > config.replay_window_bytes
         ):
             _, (_, dropped) = replies.popitem(last=False)
-            self._replay_bytes -= len(dropped)
+            self._replay_bytes -= sys.getsizeof(dropped)
 
     def _id_reused(self, rid: str, error_reply: Callable[[FrameError], str] | None) -> str:
         self.table.metrics.errors[ErrorCode.ID_REUSED.value] += 1

@@ -19,7 +19,7 @@ from typing import Any
 
 from envsdk.games.sudoku import parse_move
 from envsdk.rewards import Rubric
-from envsdk.schedulers.sudoku import SudokuEpisode
+from envsdk.schedulers.sudoku import SUDOKU_COMPONENTS, SudokuEpisode
 from servers.sudoku.models import SudokuAction, SudokuObservation
 
 __all__ = ["SudokuRubric", "SUDOKU_RUBRICS"]
@@ -79,7 +79,7 @@ class SudokuRubric(Rubric):
             return episode.reward.total
         last = observation.last_move
         parts = episode.score(move, last.verdict, observation.board, reward, last.reason)
-        self._step.update({name: parts[name] for name in ("empty_cell", "valid_move", "repetition", "progress", "correct")})
+        self._step.update({name: parts[name] for name in SUDOKU_COMPONENTS})
         for _, part in self.named_children():
             part(action, observation)
         return parts["total"]

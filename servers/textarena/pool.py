@@ -63,6 +63,7 @@ class WorkerPool:
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[Hashable, Future[Any]] = OrderedDict()
         self._weights: dict[Hashable, int] = {}
+        self._bytes = 0  # sum of _weights, kept as it changes: eviction runs under the lock
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
 
@@ -81,7 +82,7 @@ class WorkerPool:
                 return future
             future = self._submit_locked(fn, *args)
             self._cache[key] = future
-            self._weights.pop(key, None)
+            self._bytes -= self._weights.pop(key, 0)
             self._evict_locked()
         future.add_done_callback(lambda done: self._weighed(key, done))
         return future
@@ -91,15 +92,17 @@ class WorkerPool:
             return
         with self._lock:
             if self._cache.get(key) is done:
-                self._weights[key] = self.weigh(done.result())
+                weight = self.weigh(done.result())
+                self._bytes += weight - self._weights.get(key, 0)
+                self._weights[key] = weight
                 self._evict_locked()
 
     def _evict_locked(self) -> None:
         while len(self._cache) > self.cache_size or (
-            len(self._cache) > 1 and sum(self._weights.values()) > self.cache_bytes
+            len(self._cache) > 1 and self._bytes > self.cache_bytes
         ):
             evicted, _ = self._cache.popitem(last=False)
-            self._weights.pop(evicted, None)
+            self._bytes -= self._weights.pop(evicted, 0)
 
     def warm(self) -> None:
         """Start every worker process now instead of on the first tasks.
@@ -126,6 +129,7 @@ class WorkerPool:
             executor, self._executor = self._executor, None
             self._cache.clear()
             self._weights.clear()
+            self._bytes = 0
         if executor is None:
             return
         # Python < 3.14 has no public way to stop a busy worker; `_processes` is the executor's
