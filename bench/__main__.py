@@ -7,6 +7,7 @@
 * ``scale`` — server memory per idle session (4,096 sessions held open).
 * ``client`` — one process of envsdk ``EnvClient``s, 256 vs 2,048 sessions.
 * ``tools`` — MCP tool calls vs steps, requests/s at 256 sessions on one server.
+* ``handoff`` — CPU per call of each way to hand a sync env call to a thread, in-process.
 * ``sudoku`` — Sudoku games/s vs an OpenEnv-style server (`bench.sudoku_bench`; its own flags).
 * ``all`` — trivial, scale and client with their defaults (about 8–10 minutes on 2 cores),
   each writing its section of ``--out`` (default bench/RESULTS.md).
@@ -18,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import client_scale, core, scale, tools, trivial
+from bench import client_scale, core, handoff, scale, tools, trivial
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -27,7 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, module in (("trivial", trivial), ("scale", scale), ("client", client_scale), ("core", core), ("tools", tools)):
+    for name, module in (
+        ("trivial", trivial), ("scale", scale), ("client", client_scale), ("core", core), ("tools", tools), ("handoff", handoff)
+    ):
         module.add_arguments(commands.add_parser(name, help=(module.__doc__ or "").splitlines()[0]))
     commands.add_parser("sudoku", help="Sudoku games/s (bench.sudoku_bench), remaining arguments passed on", add_help=False)
     everything = commands.add_parser("all", help="trivial, scale and client with their defaults")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
             sub_args = sub.parse_args(["--out", str(args.out)])
             module.run(sub_args, f"{command}  (part: python -m bench {name})")
         return
-    {"trivial": trivial, "scale": scale, "client": client_scale, "core": core, "tools": tools}[args.command].run(args, command)
+    modules = {"trivial": trivial, "scale": scale, "client": client_scale, "core": core, "tools": tools, "handoff": handoff}
+    modules[args.command].run(args, command)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """Execution core: the default path against OpenEnv and the bare server, hung calls, and memory
 under big observations. Every server runs in its own process on 127.0.0.1; every wait is bounded.
 
-* ``trivial`` — `bench.trivial` at 256 and 1,024 sessions: envsdk's default path (a plain sync
-  env, each session's calls on its lane thread), envsdk with ``INLINE_SYNC``, OpenEnv, bare.
+* ``trivial`` — `bench.trivial` at 256 and 1,024 sessions, three interleaved rounds: envsdk's
+  default path (a plain sync env, each session's calls on its lane thread), the same with
+  ``lane_wait_s=0`` (no waited hand-offs), envsdk with ``INLINE_SYNC``, OpenEnv, bare.
 * ``hung`` — 255 sessions step the echo env (default path, 1 s step deadline); their rate is
   measured alone, then while 32 other sessions' steps hang in env code (``time.sleep(3600)``)
   past their deadline; then a new client's connect + reset is timed.
 * ``memory`` — 16 sessions (handshake, request ids: every reply recorded for replay) step an
   env whose observations are 8 MiB each; the server's RSS is sampled every 20 ms.
 
-    python -m bench core --out bench/RESULTS.md        # about 3 minutes on 2 cores
+    python -m bench core --out bench/RESULTS.md        # about 8 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -325,6 +326,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of load per trivial level and hung phase")
     parser.add_argument("--levels", type=int, nargs="+", default=[256, 1024], help="trivial: sessions per level")
     parser.add_argument("--steps", type=int, default=24, help="memory: steps per session")
+    parser.add_argument("--rounds", type=int, default=3, help="trivial: rounds per level (servers interleaved)")
+    parser.add_argument("--procs", type=int, default=0, help="trivial: load-generator processes (0: one per core but one)")
     parser.add_argument("--out", type=Path, default=None, help="RESULTS.md to update")
 
 
@@ -335,7 +338,11 @@ def run(args: argparse.Namespace, command: str) -> None:
     if "trivial" in args.parts:
         sub = argparse.ArgumentParser()
         trivial.add_arguments(sub)
-        trivial_args = sub.parse_args(["--levels", *map(str, args.levels), "--duration", str(args.duration)])
+        trivial_args = sub.parse_args(
+            ["--levels", *map(str, args.levels), "--duration", str(args.duration), "--rounds", str(args.rounds),
+             "--kinds", "envsdk", "envsdk-awaited", "envsdk-inline", "openenv", "bare"]
+            + (["--procs", str(args.procs)] if args.procs else [])
+        )
         results = trivial.run(trivial_args, command)
         table = trivial.render(results, args.levels, args.duration, command, trivial_args.procs)
         # The same table as `python -m bench trivial`, as a sub-section of this one.

@@ -3,6 +3,8 @@
 * ``envsdk``: envsdk's ``create_app`` with ``envsdk.testing.EchoEnvironment``, a plain sync
   env as the README shows one: the default path (each session's calls on its lane thread).
 * ``envsdk-inline``: the same with ``inline_sync=True`` (calls on the event loop).
+* ``envsdk-awaited``: the default path with ``lane_wait_s=0``: the loop never waits for a lane's
+  call (the hand-off of the execution core before waited hand-offs).
 * ``envsdk-tools``: ``envsdk`` with one tool (``echo``), for comparing tool calls with steps.
 * ``openenv``: openenv's own ``create_app`` with an echo environment written against openenv's
   base classes, reproducing what a user of OpenEnv runs.
@@ -22,17 +24,19 @@ import json
 import resource
 from typing import Any
 
-KINDS = ("envsdk", "envsdk-inline", "openenv", "bare", "envsdk-tools")
+KINDS = ("envsdk", "envsdk-inline", "openenv", "bare", "envsdk-tools", "envsdk-awaited")
 
 
-def envsdk_app(max_sessions: int, inline_sync: bool | None = None) -> Any:
+def envsdk_app(max_sessions: int, inline_sync: bool | None = None, lane_wait_s: float | None = None) -> Any:
     """envsdk serving the echo env: by default on the path every sync env gets (lanes);
     ``inline_sync=True`` runs its calls on the loop, as the bare server does."""
     from envsdk.server import create_app
     from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
 
+    extra: dict[str, Any] = {} if lane_wait_s is None else {"lane_wait_s": lane_wait_s}
     return create_app(
-        EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions, inline_sync=inline_sync, web=False
+        EchoEnvironment, EchoAction, EchoObservation, max_concurrent_envs=max_sessions, inline_sync=inline_sync,
+        web=False, **extra,
     )
 
 
@@ -134,7 +138,8 @@ def main() -> None:
         from envsdk.server import serve
 
         inline = True if args.kind == "envsdk-inline" else None
-        serve(envsdk_app(args.max_sessions, inline), "127.0.0.1", args.port, **settings)
+        wait = 0.0 if args.kind == "envsdk-awaited" else None
+        serve(envsdk_app(args.max_sessions, inline, wait), "127.0.0.1", args.port, **settings)
         return
     import uvicorn
 

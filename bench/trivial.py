@@ -36,7 +36,8 @@ RESET = json.dumps({"type": "reset", "data": {}})
 STEP = json.dumps({"type": "step", "data": {"message": "hello"}})
 CLOSE = json.dumps({"type": "close"})
 STEPS_PER_RESET = 3
-KINDS = ("envsdk", "envsdk-inline", "openenv", "bare")
+KINDS = ("envsdk", "envsdk-awaited", "envsdk-inline", "openenv", "bare")
+DEFAULT_KINDS = ("envsdk", "envsdk-inline", "openenv", "bare")
 REPO = Path(__file__).resolve().parent.parent
 
 # Bounds of every wait in the harness, so that no run can hang.
@@ -69,6 +70,9 @@ class LevelResult:
     latencies_ms: list[float] = field(default_factory=list)
     rss_kib: int = 0
     server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    procs: int = 1
+    round: int = 0
     first_error: str = ""
 
     @property
@@ -78,6 +82,12 @@ class LevelResult:
     @property
     def cpu_us_per_step(self) -> float:
         return 1e6 * self.server_cpu_s / self.steps if self.steps else float("nan")
+
+    @property
+    def client_cpu_share(self) -> float:
+        """How busy the load generator was: its CPU time over its processes' wall time (1.0:
+        every generator process used a whole core, so it, not the server, set the pace)."""
+        return self.client_cpu_s / (self.elapsed_s * self.procs) if self.elapsed_s else float("nan")
 
     def pct(self, q: float) -> float:
         if not self.latencies_ms:
@@ -218,7 +228,7 @@ def run_level(
         proc = ctx.Process(target=_worker, args=(url, share, duration, child, step), daemon=True)
         proc.start()
         workers.append((proc, parent))
-    result = LevelResult(kind, sessions)
+    result = LevelResult(kind, sessions, procs=procs)
     try:
         for _, pipe in workers:
             if pipe.poll(CONNECT_TIMEOUT_S + 30):
@@ -237,6 +247,7 @@ def run_level(
             result.steps += data["steps"]
             result.errors += data["errors"]
             result.completed_sessions += data["completed"]
+            result.client_cpu_s += data["client_cpu_s"]
             result.elapsed_s = max(result.elapsed_s, data["elapsed_s"])
             lat = array("d")
             lat.frombytes(data["latencies"])
@@ -309,12 +320,31 @@ def machine_line() -> str:
     )
 
 
+def _median(results: list[LevelResult]) -> LevelResult:
+    """The run with the median steps/s of several rounds of one (server, sessions) level."""
+    ordered = sorted(results, key=lambda r: r.steps_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _ratio(values: list[float]) -> str:
+    ordered = sorted(values)
+    median = ordered[(len(ordered) - 1) // 2]
+    if len(ordered) == 1:
+        return f"{median:.2f}×"
+    return f"{median:.2f}× ({ordered[0]:.2f}–{ordered[-1]:.2f})"
+
+
 def render(results: list[LevelResult], levels: list[int], duration: float, command: str, procs: int) -> str:
-    by = {(r.kind, r.sessions): r for r in results}
+    runs: dict[tuple[str, int], list[LevelResult]] = {}
+    for r in results:
+        runs.setdefault((r.kind, r.sessions), []).append(r)
+    rounds = max((len(v) for v in runs.values()), default=1)
+    by = {key: _median(value) for key, value in runs.items()}
     lines = [
         "## Trivial environment: envsdk vs OpenEnv vs bare websockets",
         "",
         "`envsdk` is the default path (a plain sync env: each session's calls on its lane thread); "
+        "`envsdk-awaited` the same with `lane_wait_s=0` (the loop never waits for a lane's call); "
         "`envsdk-inline` the same env with `INLINE_SYNC` (calls on the event loop).",
         "",
         f"Command: `{command}`  ",
@@ -322,35 +352,59 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "  ",
         f"Each session loops reset + {STEPS_PER_RESET} steps for {duration:g} s from {procs} load-generator "
         "process(es) (raw `websockets` client, no compression); every request counts as a step. "
-        "`server CPU µs/step` is the server process's user+system time divided by the steps.",
+        "`server CPU µs/step` is the server process's user+system time divided by the steps; "
+        "`load-gen CPU` is the generator's CPU time over its wall time per process (near 100 %: the "
+        "generator, not the server, set the pace)."
+        + (
+            f" {rounds} rounds, servers interleaved within each round; each row is the round with the "
+            "median steps/s, the ratios are medians of the per-round ratios (min–max)."
+            if rounds > 1
+            else ""
+        ),
         "",
-        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | server RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | load-gen CPU | server RSS MiB |"
+        + (" steps/s per round |" if rounds > 1 else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds > 1 else ""),
     ]
     for n in levels:
         for kind in KINDS:
-            r = by.get((kind, n))
-            if r is None:
+            if (kind, n) not in by:
                 continue
-            lines.append(
+            r = by[(kind, n)]
+            row = (
                 f"| {n} | {kind} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
-                f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {r.rss_kib / 1024:.0f} |"
+                f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {100 * r.client_cpu_share:.0f} % | "
+                f"{r.rss_kib / 1024:.0f} |"
             )
+            if rounds > 1:
+                row += " " + " / ".join(f"{x.steps_per_s:,.0f}" for x in sorted(runs[(kind, n)], key=lambda x: x.round)) + " |"
+            lines.append(row)
     lines += [
         "",
         "| sessions | envsdk server | / OpenEnv steps/s | / bare steps/s | / bare CPU per step |",
         "|---|---|---|---|---|",
     ]
     for n in levels:
-        o, b = by.get(("openenv", n)), by.get(("bare", n))
-        for kind in ("envsdk", "envsdk-inline"):
-            e = by.get((kind, n))
-            if e is None:
+        for kind in ("envsdk", "envsdk-awaited", "envsdk-inline"):
+            if (kind, n) not in runs:
                 continue
-            ratio_o = f"{e.steps_per_s / max(o.steps_per_s, 1e-9):.2f}×" if o else "–"
-            ratio_b = f"{e.steps_per_s / max(b.steps_per_s, 1e-9):.2f}×" if b else "–"
-            cpu_b = f"{e.cpu_us_per_step / b.cpu_us_per_step:.2f}×" if b and b.steps else "–"
-            lines.append(f"| {n} | {kind} | {ratio_o} | {ratio_b} | {cpu_b} |")
+            per_round = {r.round: r for r in runs[(kind, n)]}
+            others = {
+                other: {r.round: r for r in runs.get((other, n), [])} for other in ("openenv", "bare")
+            }
+
+            def ratios(other: str, measure: str) -> str:
+                values = []
+                for rnd, e in per_round.items():
+                    o = others[other].get(rnd)
+                    if o is None or not o.steps or not e.steps:
+                        continue
+                    values.append(
+                        e.steps_per_s / max(o.steps_per_s, 1e-9) if measure == "steps" else e.cpu_us_per_step / o.cpu_us_per_step
+                    )
+                return _ratio(values) if values else "–"
+
+            lines.append(f"| {n} | {kind} | {ratios('openenv', 'steps')} | {ratios('bare', 'steps')} | {ratios('bare', 'cpu')} |")
     errors = [f"{r.kind}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
     if errors:
         lines += ["", "First error per failing run: " + "; ".join(errors)]
@@ -377,8 +431,9 @@ def default_procs() -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 16, 256, 1024, 4096])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of load per level")
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(DEFAULT_KINDS))
     parser.add_argument("--procs", type=int, default=default_procs(), help="load-generator processes")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every level this often (servers interleaved)")
     parser.add_argument("--server-arg", action="append", default=[], help="extra argument for bench.servers (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="RESULTS.md to update")
 
@@ -391,18 +446,21 @@ def run(args: argparse.Namespace, command: str) -> list[LevelResult]:
     try:
         for kind in args.kinds:
             servers[kind] = start_server(kind, max_sessions, args.server_arg if kind.startswith("envsdk") else None)
-        for n in args.levels:
-            for kind in args.kinds:
-                proc, url = servers[kind]
-                res = run_level(kind, url, n, args.duration, proc.pid, args.procs)
-                print(
-                    f"{kind:8s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
-                    f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us errors={res.errors} "
-                    f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
-                    flush=True,
-                )
-                results.append(res)
-                time.sleep(0.5)
+        for rnd in range(max(1, args.rounds)):
+            for n in args.levels:
+                for kind in args.kinds:
+                    proc, url = servers[kind]
+                    res = run_level(kind, url, n, args.duration, proc.pid, args.procs)
+                    res.round = rnd
+                    print(
+                        f"{kind:8s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
+                        f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us "
+                        f"load-gen cpu={100 * res.client_cpu_share:3.0f}% errors={res.errors} "
+                        f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
+                        flush=True,
+                    )
+                    results.append(res)
+                    time.sleep(0.5)
     finally:
         for proc, _ in servers.values():
             stop_server(proc)

@@ -128,6 +128,17 @@ class ServerConfig(BaseModel):
         "call; past it, a call that needs a new lane (a new session, or a reset after a "
         "TIMEOUT) gets CAPACITY_REACHED until one returns.",
     )
+    lane_wait_s: float = Field(
+        default_factory=lambda: float(_env_number("ENVSDK_LANE_WAIT_S", 0.001) or 0),
+        ge=0,
+        le=0.1,
+        description="How long the event loop waits, GIL released, for a synchronous env call it "
+        "handed to the session's lane thread before it goes on serving others (the call then "
+        "completes under its deadline as usual). Only calls of a kind (env class and method) "
+        "whose recent calls ran under a tenth of this are waited for: waiting saves the cost "
+        "of waking the loop up again, which dominates for calls of microseconds. 0: never wait. "
+        "Default: ENVSDK_LANE_WAIT_S, else 0.001.",
+    )
     max_frame_bytes: int = Field(
         default=DEFAULT_MAX_FRAME_BYTES,
         ge=64,

@@ -24,13 +24,34 @@ session's first sync call and ends with the session, and the threads written off
 running are counted and capped (``max_abandoned_threads``; /health and /metrics report them):
 past the cap a call that needs a new lane is refused with CAPACITY_REACHED.
 
-The hand-off is the whole cost of the default path for a fast env, so it is kept small: the
-loop puts ``(future, fn, args)`` on the lane's `queue.SimpleQueue` (one C call that wakes the
-thread); the thread runs the call and appends the outcome to one deque shared by all lanes;
-only the first outcome of a batch asks the loop to wake (`call_soon_threadsafe`, a write on
-the loop's self-pipe), and that one wake-up delivers every outcome queued meanwhile. Measured
-against `concurrent.futures.ThreadPoolExecutor` + `asyncio.wrap_future` (one self-pipe write
-and two callbacks per call, and a session's calls hop between threads): see bench/RESULTS.md.
+The hand-off is the whole cost of the default path for a fast env. What costs is the thread
+switch itself (futex wake-ups, the GIL handed over and back), not the lane being one thread per
+session: ONE hot thread serving every session costs the same CPU per call (`python -m bench
+handoff`: about 18-20 us of CPU per call for any hand-off to another thread on a 2-core VM,
+against 1.4 us inline). Inside the server the hand-off costs more when the loop goes on serving
+while the lane runs, because the lane then takes the GIL at each of the loop's socket system
+calls. So a call is handed over in one of two ways:
+
+* **Waited** (calls of a kind that recently took under a tenth of ``lane_wait_s``, 1 ms by
+  default): the loop puts the call on the lane's `queue.SimpleQueue` and blocks, GIL released,
+  on a lock the lane releases when the call returns, for at most ``lane_wait_s``. Two thread
+  switches and no future, timer, task switch or loop wake-up. A call that is not done in time
+  (a hung or suddenly slow env) is not waited for any longer: it goes on as an awaited call
+  under its deadline, and its kind is not waited for again until its calls are fast again.
+  So the loop loses at most ``lane_wait_s`` to a call that misbehaves, once.
+* **Awaited** (slow kinds, or the rest of a call that was not done in time): the loop goes on
+  serving; the lane appends the outcome to one deque shared by all lanes and only the first
+  outcome of a batch wakes the loop (`call_soon_threadsafe`, a write on its self-pipe); that
+  one wake-up delivers every outcome queued meanwhile. A call that waits on I/O overlaps with
+  everyone else's.
+
+Which of the two a kind of call gets is decided from how long its recent calls ran on their
+lanes (a moving average per env class and method), measured on the lane thread. Measured at
+256 sessions of the echo env, alternating servers (2-core VM, server CPU per step): awaited
+only 111-123 us, waited 91-98 us (p99 70-79 ms -> 40-42 ms), ``INLINE_SYNC`` 60-83 us. Tried
+and dropped, each slower or no better: collecting a loop iteration's calls and waiting for them
+as one batch (a future per call costs more than the switches it saves), an eventfd instead of
+the queue's lock to wake the lane, ``SCHED_BATCH`` for lane threads; see bench/RESULTS.md.
 
 Lane threads are daemons and nothing joins them, so a process told to exit exits even while
 an env call never returns.
@@ -46,10 +67,11 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TypeVar
 
-__all__ = ["Executors", "Lane", "EnvAborted", "run_in_process", "is_async_callable"]
+__all__ = ["Executors", "Lane", "LaneCall", "EnvAborted", "run_in_process", "is_async_callable"]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -60,7 +82,7 @@ _CURRENT: contextvars.ContextVar[Executors | None] = contextvars.ContextVar(
 )
 
 _Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
-_Work = tuple["asyncio.Future[Any] | None", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+_Work = tuple["LaneCall | asyncio.Future[Any] | None", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -99,6 +121,24 @@ class Lane:
         self._queue.put((future, fn, args, kwargs or {}))
         return future
 
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], wait_s: float) -> LaneCall:
+        """Queue ``fn(*args, **kwargs)`` and block this (the loop's) thread for at most `wait_s`
+        seconds until it returns. The returned `LaneCall` is either `settled` (its `result` or
+        `error` is there) or carries a `future` of the running loop that gets the outcome
+        (`wait_s` 0: always the latter, without blocking). Either way `elapsed` is the call's
+        duration on the lane once it has returned."""
+        call = LaneCall()
+        self._queue.put((call, fn, args, kwargs))
+        if wait_s > 0 and call.done.acquire(True, wait_s):
+            call.settled = True
+            return call
+        call.future = self._executors.loop().create_future()
+        try:
+            call.claim.pop()  # from now on the lane delivers through the future
+        except IndexError:  # the lane returned first: the outcome is already there
+            call.settled = True
+        return call
+
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)`` with no one waiting for it (errors are logged)."""
         self._queue.put((None, fn, args, {}))
@@ -108,25 +148,53 @@ class Lane:
         self._queue.put(None)
 
     def _run(self) -> None:
-        get, finished = self._queue.get, self._executors._finished
+        get, finished, clock = self._queue.get, self._executors._finished, time.perf_counter
         while True:
             work = get()
             if work is None:
                 return
-            future, fn, args, kwargs = work
+            call, fn, args, kwargs = work
             result: Any = None
             error: BaseException | None = None
+            started = clock()
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 error = exc
             except BaseException as exc:  # SystemExit & co. from env code: a reply, not a dead lane
                 error = EnvAborted(exc)
-            if future is not None:
-                finished(future, result, error)
+            if isinstance(call, LaneCall):
+                call.elapsed = clock() - started
+                call.result, call.error = result, error
+                try:
+                    call.claim.pop()
+                except IndexError:  # the loop stopped waiting: deliver through the future
+                    finished(call.future, result, error)  # type: ignore[arg-type]  # set before the pop
+                else:
+                    call.done.release()
+            elif call is not None:
+                finished(call, result, error)
             elif error is not None:
                 logger.warning("%s raised %r on a lane", getattr(fn, "__qualname__", fn), error)
-            del work, future, fn, args, kwargs, result, error  # hold nothing while waiting
+            del work, call, fn, args, kwargs, result, error  # hold nothing while waiting
+
+
+class LaneCall:
+    """One call handed to a lane by `Lane.call`. The loop and the lane race to pop `claim`:
+    the lane wins if the call returned while the loop still waited (it then releases `done`),
+    the loop wins if it stopped waiting first (the lane then delivers through `future`)."""
+
+    __slots__ = ("done", "claim", "future", "settled", "result", "error", "elapsed")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.claim = [True]
+        self.future: asyncio.Future[Any] | None = None
+        self.settled = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.elapsed: float | None = None
 
 
 class Executors:

@@ -24,6 +24,8 @@ class Metrics:
         self.steps = 0
         self.resets = 0
         self.tool_calls = 0
+        self.lane_calls_waited = 0  # sync env calls the loop waited for (see envsdk.server.executors)
+        self.lane_calls_awaited = 0  # ... and those it went on serving during
         self.errors: Counter[str] = Counter()
         self._step_buckets = [0] * (len(STEP_LATENCY_BUCKETS_S) + 1)
         self._step_sum_s = 0.0
@@ -62,6 +64,11 @@ class Metrics:
             "# HELP envsdk_tool_calls_total MCP tool calls executed (tools/call and call_tool actions).",
             "# TYPE envsdk_tool_calls_total counter",
             f"envsdk_tool_calls_total {self.tool_calls}",
+            "# HELP envsdk_lane_calls_total Synchronous env calls run on lane threads, by hand-off: "
+            "'waited' (the loop waited for the call, a fast one) or 'awaited' (the loop served others meanwhile).",
+            "# TYPE envsdk_lane_calls_total counter",
+            f'envsdk_lane_calls_total{{handoff="waited"}} {self.lane_calls_waited}',
+            f'envsdk_lane_calls_total{{handoff="awaited"}} {self.lane_calls_awaited}',
             "# HELP envsdk_errors_total Error frames sent, by code.",
             "# TYPE envsdk_errors_total counter",
         ]

@@ -85,6 +85,7 @@ from envsdk.server.executors import (
     EnvAborted,
     Executors,
     Lane,
+    LaneCall,
     LaneLimit,
     is_async_callable,
 )
@@ -130,14 +131,20 @@ def observation_parts(obs: Any) -> tuple[dict[str, Any], Any, bool, dict[str, An
     return body, reward, done, metadata if isinstance(metadata, dict) else None
 
 
-@dataclass(frozen=True)
 class _Plan:
     """How calls of one kind on one env class run: on the loop as a coroutine, inline, or on
-    the lane; and their deadline."""
+    the lane; their deadline; and, for lane calls, how long they have been taking."""
 
-    is_async: bool
-    inline: bool
-    deadline_s: float
+    __slots__ = ("is_async", "inline", "deadline_s", "typical_s")
+
+    def __init__(self, is_async: bool, inline: bool, deadline_s: float) -> None:
+        self.is_async = is_async
+        self.inline = inline
+        self.deadline_s = deadline_s
+        self.typical_s = 0.0  # moving average of the calls' durations on their lanes
+
+    def observe(self, elapsed_s: float) -> None:
+        self.typical_s += (elapsed_s - self.typical_s) * 0.125
 
 
 class _DeadlinePassed(Exception):
@@ -681,6 +688,7 @@ class Session:
         kwargs = kwargs or {}
         task: asyncio.Task[Any] | None = None
         lane: Lane | None = None
+        call: LaneCall | None = None
         if plan.is_async:
             loop = self.table.executors.loop()
             try:
@@ -701,12 +709,32 @@ class Session:
             return result
         else:
             lane = self._lane or self._start_lane()
-            outer = lane.submit(fn, args, kwargs)
-        timer = self.table.executors.loop().call_later(seconds, _expire, outer)
+            table = self.table
+            # Wait for calls of a kind that has been fast (see `envsdk.server.executors`), not
+            # on a lane other sessions queue on, and never longer than `lane_wait_s`.
+            wait_s = table.config.lane_wait_s
+            if plan.typical_s * 10 >= wait_s or table.executors.is_shared(lane):
+                wait_s = 0.0
+            call = lane.call(fn, args, kwargs, wait_s)
+            if call.settled:
+                table.metrics.lane_calls_waited += 1
+                plan.observe(call.elapsed or 0.0)
+                if call.error is not None:
+                    raise _execution_error(owner, kind, call.error) from None
+                result = call.result
+                if inspect.isawaitable(result):  # a sync method that returned an awaitable
+                    return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
+                return result
+            table.metrics.lane_calls_awaited += 1
+            assert call.future is not None
+            outer = call.future
+            remaining = max(seconds - wait_s, 0.0)
+        timer = self.table.executors.loop().call_later(seconds if lane is None else remaining, _expire, outer)
         self._calls.add(outer)
         try:
             result = await outer
         except _DeadlinePassed:
+            plan.observe(seconds)
             logger.warning("%s.%s passed its deadline of %ss", getattr(owner, "__name__", owner), kind, seconds)
             if lane is not None and on_write_off is not None:
                 on_write_off(lane)
@@ -731,6 +759,8 @@ class Session:
         finally:
             timer.cancel()
             self._calls.discard(outer)
+            if call is not None and call.elapsed is not None:
+                plan.observe(call.elapsed)
         if inspect.isawaitable(result):  # a sync method that returned an awaitable
             return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
         return result

@@ -1,0 +1,125 @@
+"""The hand-off of synchronous env calls to their lane threads: fast calls are waited for,
+a call that turns slow releases the event loop after ``lane_wait_s`` and still completes, and
+every outcome arrives exactly once whichever side of the race wins."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from typing import Any
+
+import httpx
+import pytest
+from server.helpers import frame, ws_url
+from websockets.asyncio.client import connect
+
+from envsdk.server import create_app
+from envsdk.server.executors import Executors
+from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
+
+
+async def _call(ws: Any, raw: str, timeout: float = 10) -> dict[str, Any]:
+    await ws.send(raw)
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))  # type: ignore[no-any-return]
+
+
+def _handoffs(url: str) -> dict[str, int]:
+    text = httpx.get(url + "/metrics").text
+    return {m[0]: int(m[1]) for m in re.findall(r'envsdk_lane_calls_total\{handoff="(\w+)"\} (\d+)', text)}
+
+
+STEP = frame(type="step", data={"message": "hi"})
+
+
+@pytest.mark.timeout(60)
+async def test_fast_calls_are_waited_for_and_a_call_that_turns_slow_frees_the_loop_and_completes():
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation, web=False)
+    with running_server(app, log_config=None) as url:
+        async with connect(ws_url(url)) as slow, connect(ws_url(url)) as other:
+            for ws in (slow, other):
+                assert (await _call(ws, frame(type="reset", data={})))["type"] == "observation"
+            for _ in range(20):
+                assert (await _call(slow, STEP))["type"] == "observation"
+            before = _handoffs(url)
+            assert before["waited"] >= 20, before  # an echo step takes microseconds: waited for
+
+            # The env turns slow: 1.5 s in one step. The loop waits 1 ms for it, then serves the
+            # other session (whose steps must not queue behind it) and /health meanwhile.
+            started = time.monotonic()
+            pending = asyncio.ensure_future(_call(slow, frame(type="step", data={"message": "sleep:1.5"})))
+            await asyncio.sleep(0.05)
+            worst = 0.0
+            while not pending.done():
+                t0 = time.monotonic()
+                assert (await _call(other, STEP))["type"] == "observation"
+                worst = max(worst, time.monotonic() - t0)
+                await asyncio.sleep(0.01)
+            reply = await pending
+            assert reply["type"] == "observation" and reply["data"]["observation"]["echoed_message"] == "sleep:1.5"
+            assert time.monotonic() - started >= 1.4
+            assert worst < 0.5, f"another session waited {worst:.2f} s behind a slow step"
+
+            # The slow step's kind is now handed over without waiting, until its calls are
+            # fast again (a moving average), when waiting resumes.
+            after = _handoffs(url)
+            assert after["awaited"] > before["awaited"]
+            for _ in range(120):
+                assert (await _call(slow, STEP))["type"] == "observation"
+            assert _handoffs(url)["waited"] > after["waited"] + 20
+
+
+@pytest.mark.timeout(60)
+async def test_with_lane_wait_zero_every_call_is_awaited_on_its_lane():
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation, lane_wait_s=0, web=False)
+    with running_server(app, log_config=None) as url:
+        async with connect(ws_url(url)) as ws:
+            await _call(ws, frame(type="reset", data={}))
+            for n in range(1, 31):
+                reply = await _call(ws, STEP)
+                assert reply["data"]["observation"]["metadata"] == {"step": n}
+        counts = _handoffs(url)
+        assert counts["waited"] == 0 and counts["awaited"] >= 32, counts  # factory + reset + 30 steps
+
+
+@pytest.mark.timeout(60)
+async def test_every_outcome_arrives_once_whichever_side_wins_the_race():
+    """Calls that end around the moment the loop stops waiting: each result (or error) comes
+    back exactly once, settled while waited for or through the future afterwards."""
+    executors = Executors(max_abandoned_threads=4)
+    lane = executors.lane()
+    rng = random.Random(7)
+    settled = awaited = 0
+    try:
+        for i in range(400):
+            delay = rng.uniform(0, 0.004)
+
+            def work(n: int, pause: float = delay) -> int:
+                time.sleep(pause)
+                if n % 50 == 0:
+                    raise ValueError(n)
+                return n
+
+            call = lane.call(work, (i,), {}, 0.002)
+            if call.settled:
+                settled += 1
+                outcome: Any = call.error if call.error is not None else call.result
+            else:
+                awaited += 1
+                assert call.future is not None
+                try:
+                    outcome = await asyncio.wait_for(call.future, 5)
+                except ValueError as exc:
+                    outcome = exc
+            if i % 50 == 0:
+                assert isinstance(outcome, ValueError) and outcome.args == (i,)
+            else:
+                assert outcome == i
+            assert call.elapsed is not None and call.elapsed >= delay * 0.9
+        assert settled > 20 and awaited > 20, (settled, awaited)
+        await asyncio.sleep(0.05)
+        assert not executors._done  # nothing delivered twice or left behind
+    finally:
+        executors.shutdown()
