@@ -26,6 +26,7 @@ class Metrics:
         self.tool_calls = 0
         self.lane_calls_waited = 0  # sync env calls the loop waited for (see envsdk.server.executors)
         self.lane_calls_awaited = 0  # ... and those it went on serving during
+        self.lane_waits_given_up = 0  # awaited calls the loop had first waited for, in vain
         self.errors: Counter[str] = Counter()
         self._step_buckets = [0] * (len(STEP_LATENCY_BUCKETS_S) + 1)
         self._step_sum_s = 0.0
@@ -69,6 +70,10 @@ class Metrics:
             "# TYPE envsdk_lane_calls_total counter",
             f'envsdk_lane_calls_total{{handoff="waited"}} {self.lane_calls_waited}',
             f'envsdk_lane_calls_total{{handoff="awaited"}} {self.lane_calls_awaited}',
+            "# HELP envsdk_lane_waits_given_up_total Awaited lane calls the loop had first waited "
+            "lane_wait_s for in vain (a call that turned slow, or hung).",
+            "# TYPE envsdk_lane_waits_given_up_total counter",
+            f"envsdk_lane_waits_given_up_total {self.lane_waits_given_up}",
             "# HELP envsdk_errors_total Error frames sent, by code.",
             "# TYPE envsdk_errors_total counter",
         ]

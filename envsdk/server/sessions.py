@@ -291,8 +291,11 @@ class SessionTable:
         return DEFAULT_DEADLINES_S.get(kind, DEFAULT_DEADLINES_S["step"]), False
 
     def plan(self, kind: str, owner: Any, fn: Callable[..., Any]) -> _Plan:
-        """How a `kind` call of `fn` on `owner` runs (cached per env class and method)."""
+        """How a `kind` call of `fn` on `owner` runs (cached per env class and method, or per
+        function's code, so that a kind's record of its durations lasts)."""
         func = getattr(fn, "__func__", None)
+        if func is None:
+            func = getattr(fn, "__code__", None) if inspect.isfunction(fn) else fn if inspect.isclass(fn) else None
         key = (kind, owner, func)
         plan = self._plans.get(key) if func is not None else None
         if plan is None:
@@ -726,6 +729,8 @@ class Session:
                     return await self.call_env(kind, _awaited, (result,), env=env, deadline_s=seconds)
                 return result
             table.metrics.lane_calls_awaited += 1
+            if wait_s:
+                table.metrics.lane_waits_given_up += 1
             assert call.future is not None
             outer = call.future
             remaining = max(seconds - wait_s, 0.0)

@@ -28,7 +28,11 @@ async def _call(ws: Any, raw: str, timeout: float = 10) -> dict[str, Any]:
 
 def _handoffs(url: str) -> dict[str, int]:
     text = httpx.get(url + "/metrics").text
-    return {m[0]: int(m[1]) for m in re.findall(r'envsdk_lane_calls_total\{handoff="(\w+)"\} (\d+)', text)}
+    counts = {m[0]: int(m[1]) for m in re.findall(r'envsdk_lane_calls_total\{handoff="(\w+)"\} (\d+)', text)}
+    given_up = re.search(r"envsdk_lane_waits_given_up_total (\d+)", text)
+    assert given_up is not None
+    counts["given_up"] = int(given_up.group(1))
+    return counts
 
 
 STEP = frame(type="step", data={"message": "hi"})
@@ -68,7 +72,31 @@ async def test_fast_calls_are_waited_for_and_a_call_that_turns_slow_frees_the_lo
             assert after["awaited"] > before["awaited"]
             for _ in range(120):
                 assert (await _call(slow, STEP))["type"] == "observation"
-            assert _handoffs(url)["waited"] > after["waited"] + 20
+            final = _handoffs(url)
+            assert final["waited"] > after["waited"] + 20
+            assert final["given_up"] == 1  # the loop waited in vain once: for the slow step only
+
+
+class SlowStateEnv(EchoEnvironment):
+    @property
+    def state(self) -> Any:
+        time.sleep(0.2)
+        return super().state
+
+
+@pytest.mark.timeout(60)
+async def test_a_slow_state_is_waited_for_in_vain_once_then_handed_over_without_waiting():
+    app = create_app(SlowStateEnv, EchoAction, EchoObservation, web=False)
+    with running_server(app, log_config=None) as url:
+        async with connect(ws_url(url)) as ws:
+            await _call(ws, frame(type="reset", data={}))
+            await _call(ws, STEP)
+            for _ in range(4):
+                reply = await _call(ws, frame(type="state"))
+                assert reply["type"] == "state" and reply["data"]["step_count"] == 1, reply
+        counts = _handoffs(url)
+        assert counts["given_up"] == 1, counts  # not once per read: the kind remembers it is slow
+        assert counts["awaited"] == 4, counts
 
 
 @pytest.mark.timeout(60)
