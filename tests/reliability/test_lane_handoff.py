@@ -72,9 +72,8 @@ async def test_fast_calls_are_waited_for_and_a_call_that_turns_slow_frees_the_lo
             assert after["awaited"] > before["awaited"]
             for _ in range(120):
                 assert (await _call(slow, STEP))["type"] == "observation"
-            final = _handoffs(url)
-            assert final["waited"] > after["waited"] + 20
-            assert final["given_up"] == 1  # the loop waited in vain once: for the slow step only
+            assert after["given_up"] > before["given_up"]  # the loop waited for the slow step in vain
+            assert _handoffs(url)["waited"] > after["waited"] + 20
 
 
 class SlowStateEnv(EchoEnvironment):
@@ -91,12 +90,15 @@ async def test_a_slow_state_is_waited_for_in_vain_once_then_handed_over_without_
         async with connect(ws_url(url)) as ws:
             await _call(ws, frame(type="reset", data={}))
             await _call(ws, STEP)
+            before = _handoffs(url)
             for _ in range(4):
                 reply = await _call(ws, frame(type="state"))
                 assert reply["type"] == "state" and reply["data"]["step_count"] == 1, reply
-        counts = _handoffs(url)
-        assert counts["given_up"] == 1, counts  # not once per read: the kind remembers it is slow
-        assert counts["awaited"] == 4, counts
+            after = _handoffs(url)
+        # Four reads handed over without keeping the loop; it waited in vain for the first only
+        # (not once per read: the kind remembers it is slow).
+        assert after["awaited"] - before["awaited"] == 4, (before, after)
+        assert after["given_up"] - before["given_up"] == 1, (before, after)
 
 
 @pytest.mark.timeout(60)
