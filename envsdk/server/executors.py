@@ -48,8 +48,9 @@ calls. So a call is handed over in one of two ways:
 Which of the two a kind of call gets is decided from how long its recent calls ran on their
 lanes (a moving average per env class and method), measured on the lane thread. Measured at
 256 sessions of the echo env, alternating servers (2-core VM, server CPU per step): awaited
-only 111-123 us, waited 91-98 us (p99 70-79 ms -> 40-42 ms), ``INLINE_SYNC`` 60-83 us. Tried
-and dropped, each slower or no better: collecting a loop iteration's calls and waiting for them
+only 111-123 us, waited 91-98 us (p99 70-79 ms -> 40-42 ms), ``INLINE_SYNC`` 60-83 us
+(`python -m bench core` re-runs this comparison: ``envsdk`` vs ``envsdk-awaited``). Tried
+and dropped as prototypes, each slower or no better: collecting a loop iteration's calls and waiting for them
 as one batch (a future per call costs more than the switches it saves), an eventfd instead of
 the queue's lock to wake the lane, ``SCHED_BATCH`` for lane threads; see bench/RESULTS.md.
 

@@ -692,6 +692,7 @@ class Session:
         task: asyncio.Task[Any] | None = None
         lane: Lane | None = None
         call: LaneCall | None = None
+        wait_s = 0.0
         if plan.is_async:
             loop = self.table.executors.loop()
             try:
@@ -733,8 +734,8 @@ class Session:
                 table.metrics.lane_waits_given_up += 1
             assert call.future is not None
             outer = call.future
-            remaining = max(seconds - wait_s, 0.0)
-        timer = self.table.executors.loop().call_later(seconds if lane is None else remaining, _expire, outer)
+        # A call waited for in vain already used `wait_s` of its deadline.
+        timer = self.table.executors.loop().call_later(max(seconds - wait_s, 0.0), _expire, outer)
         self._calls.add(outer)
         try:
             result = await outer
