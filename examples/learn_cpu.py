@@ -17,8 +17,9 @@ From nothing to a measurably better agent, offline, in minutes on two CPU cores:
 The map is fixed, so what is learned is a route, not map reading; a uniformly random move
 reaches G within 8 turns 7.5 % of the time. Both evaluations sample at temperature 1, as
 training does, with the eval seeds seeding the sampler (transformers' default top-k of 50
-applies there, not in training); episodes run 8 at a time, so a rerun matches in
-distribution, not draw for draw.
+applies there, not in training). Episodes that draw from one sampler run one at a time
+(the model generates one reply at a time anyway), and GRPO's generation batches are in
+episode order, so a rerun with the same seed on the same machine replays the same draws.
 
 Writes into ``--out`` (default ``runs/learn-cpu``): ``before/completions.jsonl``,
 ``after/completions.jsonl``, ``train/completions.jsonl`` (every training episode, with its
@@ -136,7 +137,8 @@ def _evaluate(model_dir: str, url: str, seeds: range, args: argparse.Namespace, 
                 policy,
                 episodes=len(seeds),
                 seed=seeds.start,
-                concurrency=8,
+                # The n-th reply draws from seed + n: episodes in turn keep that n theirs.
+                concurrency=1,
                 base_url=url,
                 out=out / "completions.jsonl",
                 scheduler=GYMScheduler(max_turns=args.max_turns),
@@ -207,7 +209,8 @@ def _warm_start(model: str, url: str, args: argparse.Namespace, out: Path) -> st
             _random_moves(args.seed),
             episodes=args.sft_episodes,
             seed=args.seed * 1000 + 500,
-            concurrency=8,
+            # One shared random stream: episodes in turn draw from it in the same order each run.
+            concurrency=1,
             base_url=url,
             out=out / "sft_data.jsonl",
             scheduler=GYMScheduler(max_turns=args.max_turns),

@@ -47,14 +47,16 @@ class _GenerationQueue:
     """Collects the trajectories' generation requests on the client loop into batches.
 
     A batch is handed to the trainer's thread when every running trajectory is waiting for
-    the model (environment steps are done), so each model turn is one batched call.
+    the model (environment steps are done), so each model turn is one batched call. Its rows
+    are in episode order, not in the order the environment steps happened to finish: the
+    sampler draws row by row, so a seeded run samples the same tokens every time.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, work: queue.Queue[_GenerationBatch | None]) -> None:
         self.loop = loop
         self.work = work
         self.active = 0
-        self.pending: list[tuple[list[int], int, asyncio.Future[tuple[list[int], list[float] | None]]]] = []
+        self.pending: list[tuple[int, list[int], int, asyncio.Future[tuple[list[int], list[float] | None]]]] = []
         self.in_flight = False
         self.failed: BaseException | None = None
 
@@ -65,17 +67,19 @@ class _GenerationQueue:
         self.active -= 1
         self._maybe_flush()
 
-    async def generate(self, context: list[int], max_new_tokens: int) -> tuple[list[int], list[float] | None]:
+    async def generate(self, episode: int, context: list[int], max_new_tokens: int) -> tuple[list[int], list[float] | None]:
         if self.failed is not None:
             raise EpisodeError(f"generation failed earlier in this batch: {self.failed!r}")
         future: asyncio.Future[tuple[list[int], list[float] | None]] = self.loop.create_future()
-        self.pending.append((context, max_new_tokens, future))
+        self.pending.append((episode, context, max_new_tokens, future))
         self._maybe_flush()
         return await future
 
     def _maybe_flush(self) -> None:
         if not self.in_flight and self.pending and len(self.pending) >= self.active:
-            batch, self.pending = _GenerationBatch(self.pending), []
+            self.pending.sort(key=lambda request: request[0])
+            batch = _GenerationBatch([(context, limit, future) for _, context, limit, future in self.pending])
+            self.pending = []
             self.in_flight = True
             self.work.put(batch)
 
@@ -103,9 +107,12 @@ class _TokenPolicy:
     ``finish_reason="length"`` (the scheduler then ends the trajectory unstepped).
     """
 
-    def __init__(self, rollout: EnvironmentRollout, queue_: _GenerationQueue, record: _TokenRecord, budget: int) -> None:
+    def __init__(
+        self, rollout: EnvironmentRollout, queue_: _GenerationQueue, episode: int, record: _TokenRecord, budget: int
+    ) -> None:
         self.rollout = rollout
         self.queue = queue_
+        self.episode = episode
         self.record = record
         self.budget = budget
         self.seen = 0
@@ -124,7 +131,7 @@ class _TokenPolicy:
             room = min(room, self.rollout.max_turn_tokens)
         if room < 1:
             return PolicyOutput(text="", finish_reason="length")
-        ids, logprobs = await self.queue.generate(record.prompt_ids + record.completion_ids, room)
+        ids, logprobs = await self.queue.generate(self.episode, record.prompt_ids + record.completion_ids, room)
         record.extend(ids, 1, logprobs)
         # The scheduler appends this reply as an assistant message; what follows it is news.
         self.seen = len(messages) + 1
@@ -276,8 +283,8 @@ class EnvironmentRollout:
         async def drive() -> None:
             gate = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
 
-            async def one(trajectory: Trajectory, record: _TokenRecord) -> None:
-                policy = _TokenPolicy(self, gen_queue, record, budget)
+            async def one(episode: int, trajectory: Trajectory, record: _TokenRecord) -> None:
+                policy = _TokenPolicy(self, gen_queue, episode, record, budget)
                 if gate is not None:
                     await gate.acquire()
                 gen_queue.enter()
@@ -289,7 +296,7 @@ class EnvironmentRollout:
                         gate.release()
 
             try:
-                await asyncio.gather(*(one(t, r) for t, r in zip(trajectories, records)))
+                await asyncio.gather(*(one(i, t, r) for i, (t, r) in enumerate(zip(trajectories, records))))
             finally:
                 work.put(None)
 
