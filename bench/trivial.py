@@ -70,6 +70,7 @@ class LevelResult:
     latencies_ms: list[float] = field(default_factory=list)
     rss_kib: int = 0
     server_cpu_s: float = 0.0
+    loop_switches: tuple[int, int] = (0, 0)
     client_cpu_s: float = 0.0
     procs: int = 1
     round: int = 0
@@ -88,6 +89,14 @@ class LevelResult:
         """How busy the load generator was: its CPU time over its processes' wall time (1.0:
         every generator process used a whole core, so it, not the server, set the pace)."""
         return self.client_cpu_s / (self.elapsed_s * self.procs) if self.elapsed_s else float("nan")
+
+    def loop_switches_per_step(self) -> str:
+        """The loop thread's context switches per step: ``voluntary + involuntary`` (it blocked
+        / it was preempted while runnable); 0 + 0 when the loop never had to give up its core."""
+        if not self.steps:
+            return "–"
+        voluntary, involuntary = self.loop_switches
+        return f"{voluntary / self.steps:.2f} + {involuntary / self.steps:.2f}"
 
     def pct(self, q: float) -> float:
         if not self.latencies_ms:
@@ -114,6 +123,20 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of process `pid`'s main thread, where each
+    server measured here runs its event loop ((0, 0) when unknown)."""
+    counts = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0}
+    try:
+        for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in counts:
+                counts[name] = int(value)
+    except OSError:
+        pass
+    return counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"]
 
 
 # ---------------------------------------------------------------- load generator (one process)
@@ -235,7 +258,7 @@ def run_level(
                 _, connected, _ = pipe.recv()
                 result.connected += connected
         time.sleep(0.2)  # let the server settle after the connection burst
-        cpu0 = cpu_seconds(pid)
+        cpu0, switches0 = cpu_seconds(pid), thread_switches(pid)
         for _, pipe in workers:
             pipe.send("go")
         for _, pipe in workers:
@@ -254,6 +277,8 @@ def run_level(
             result.latencies_ms.extend(lat)
             result.first_error = result.first_error or data["first_error"]
         result.server_cpu_s = cpu_seconds(pid) - cpu0
+        switches = thread_switches(pid)
+        result.loop_switches = (switches[0] - switches0[0], switches[1] - switches0[1])
         result.rss_kib = rss_kib(pid)
     finally:
         for proc, _ in workers:
@@ -354,7 +379,9 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
         "process(es) (raw `websockets` client, no compression); every request counts as a step. "
         "`server CPU µs/step` is the server process's user+system time divided by the steps; "
         "`load-gen CPU` is the generator's CPU time over its wall time per process (near 100 %: the "
-        "generator, not the server, set the pace)."
+        "generator, not the server, set the pace); `loop switches/step` counts the context switches of "
+        "the server's event-loop thread per step, voluntary + involuntary (it blocked, or it was preempted "
+        "while runnable: each is a trip through the kernel that a loop with work never needs)."
         + (
             f" {rounds} rounds, servers interleaved within each round; each row is the round with the "
             "median steps/s, the ratios are medians of the per-round ratios (min–max)."
@@ -362,9 +389,9 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
             else ""
         ),
         "",
-        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | load-gen CPU | server RSS MiB |"
+        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | load-gen CPU | loop switches/step | server RSS MiB |"
         + (" steps/s per round |" if rounds > 1 else ""),
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds > 1 else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds > 1 else ""),
     ]
     for n in levels:
         for kind in KINDS:
@@ -374,7 +401,7 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
             row = (
                 f"| {n} | {kind} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
                 f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {100 * r.client_cpu_share:.0f} % | "
-                f"{r.rss_kib / 1024:.0f} |"
+                f"{r.loop_switches_per_step()} | {r.rss_kib / 1024:.0f} |"
             )
             if rounds > 1:
                 row += " " + " / ".join(f"{x.steps_per_s:,.0f}" for x in sorted(runs[(kind, n)], key=lambda x: x.round)) + " |"
@@ -455,7 +482,8 @@ def run(args: argparse.Namespace, command: str) -> list[LevelResult]:
                     print(
                         f"{kind:8s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
                         f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us "
-                        f"load-gen cpu={100 * res.client_cpu_share:3.0f}% errors={res.errors} "
+                        f"load-gen cpu={100 * res.client_cpu_share:3.0f}% loop switches/step={res.loop_switches_per_step()} "
+                        f"errors={res.errors} "
                         f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
                         flush=True,
                     )

@@ -33,7 +33,7 @@ while the lane runs, because the lane then takes the GIL at each of the loop's s
 calls. So a call is handed over in one of two ways:
 
 * **Waited** (calls of a kind that recently took under a tenth of ``lane_wait_s``, 1 ms by
-  default): the loop puts the call on the lane's `queue.SimpleQueue` and blocks, GIL released,
+  default): the loop queues the call on the lane (see below) and blocks, GIL released,
   on a lock the lane releases when the call returns, for at most ``lane_wait_s``. Two thread
   switches and no future, timer, task switch or loop wake-up. A call that is not done in time
   (a hung or suddenly slow env) is not waited for any longer: it goes on as an awaited call
@@ -45,14 +45,31 @@ calls. So a call is handed over in one of two ways:
   one wake-up delivers every outcome queued meanwhile. A call that waits on I/O overlaps with
   everyone else's.
 
+**How a lane is woken.** Each lane sleeps in a read of its own eventfd (a counter the kernel
+keeps; Linux), and the loop queues a call by appending it to the lane's deque and writing the
+eventfd. CPython releases the GIL around both system calls, and that is the point: the lane,
+woken while the loop is still inside its write, finds the GIL free and runs the call at once.
+A lock or `queue.SimpleQueue` is released with the GIL held, so a lane woken on the loop's own
+core preempted the loop, found the GIL taken and slept again: the loop thread counted 0.7
+voluntary + 1.9 involuntary context switches per step at 256 sessions with the queue, 0.6 +
+0.6 with the eventfd (`python -m bench trivial` reports this per server). In-process, with the
+other core busy as the load generator keeps it, one waited hand-off costs 10.9 instead of
+15.7 us of CPU (`python -m bench handoff`); in the server, 97-99 instead of 107-112 us per step
+at 1,024 sessions and no measurable change at 256 (alternating runs). A lane holds its eventfd
+until its thread exits. Lanes use at most a quarter of the file-descriptor limit for eventfds
+(each session's socket needs one too); past that, and where there is no eventfd, a lane is
+woken through a `queue.SimpleQueue` as before.
+
 Which of the two a kind of call gets is decided from how long its recent calls ran on their
 lanes (a moving average per env class and method), measured on the lane thread. Measured at
 256 sessions of the echo env, alternating servers (2-core VM, server CPU per step): awaited
 only 111-123 us, waited 91-98 us (p99 70-79 ms -> 40-42 ms), ``INLINE_SYNC`` 60-83 us
 (`python -m bench core` re-runs this comparison: ``envsdk`` vs ``envsdk-awaited``). Tried
-and dropped as prototypes, each slower or no better: collecting a loop iteration's calls and waiting for them
-as one batch (a future per call costs more than the switches it saves), an eventfd instead of
-the queue's lock to wake the lane, ``SCHED_BATCH`` for lane threads; see bench/RESULTS.md.
+and dropped as prototypes, each slower or no better: collecting a loop iteration's calls and
+waiting for them as one batch (a future per call costs more than the switches it saves),
+``SCHED_BATCH`` for lane threads; see bench/RESULTS.md. (An eventfd wake-up was first tried
+at 256 sessions only, where it shows no change either; the switch counts and 1,024 sessions
+above are why it is kept.)
 
 Lane threads are daemons and nothing joins them, so a process told to exit exits even while
 an env call never returns.
@@ -63,9 +80,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import inspect
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -84,6 +103,29 @@ _CURRENT: contextvars.ContextVar[Executors | None] = contextvars.ContextVar(
 
 _Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 _Work = tuple["LaneCall | asyncio.Future[Any] | None", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+def _eventfd() -> int | None:
+    """A counting eventfd for a lane's wake-ups; None where there is none (not Linux) or the
+    process is out of file descriptors (that lane then wakes through a queue)."""
+    if not hasattr(os, "eventfd"):
+        return None
+    try:
+        return os.eventfd(0, os.EFD_SEMAPHORE | os.EFD_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _fd_budget() -> int:
+    """How many lanes may hold an eventfd: a quarter of the file descriptor limit, so that
+    sessions' sockets, which need one each, never run short because of lanes."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 0
+    return soft // 4 if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -106,20 +148,47 @@ class EnvAborted(Exception):
 class Lane:
     """One daemon thread running submitted calls in order. Created by `Executors.lane`."""
 
-    def __init__(self, executors: Executors, name: str) -> None:
+    def __init__(self, executors: Executors, name: str, wake_fd: bool = True) -> None:
         self._executors = executors
-        self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._work: collections.deque[_Work | None] = collections.deque()
+        # Each queued call is one count on the lane's wake-up: an eventfd where there is one
+        # (written and read with the GIL released, see the module docstring), else a queue.
+        self._fd = _eventfd() if wake_fd else None
+        if self._fd is None:
+            tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+            self._wake: Callable[[], Any] = functools.partial(tokens.put, None)
+            self._wait: Callable[[], Any] = tokens.get
+        else:
+            self._wake = functools.partial(os.eventfd_write, self._fd, 1)
+            self._wait = functools.partial(os.eventfd_read, self._fd)
+        self._stopped = False
         self.abandoned = False
         self.retired = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except BaseException:
+            self._close_fd()
+            raise
+
+    def _put(self, work: _Work | None) -> None:
+        # On the loop. Work queued after `stop` never runs (as before it, behind the end mark),
+        # and must not touch the wake-up, which the exiting thread closes.
+        self._work.append(work)
+        if not self._stopped:
+            self._wake()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> asyncio.Future[Any]:
         """Queue ``fn(*args, **kwargs)`` behind this lane's earlier calls; a future (of the
         running loop) of its result. A `BaseException` that is not an `Exception` arrives as
         `EnvAborted`. Cancelling the future does not stop a call that has started."""
         future: asyncio.Future[Any] = self._executors.loop().create_future()
-        self._queue.put((future, fn, args, kwargs or {}))
+        self._put((future, fn, args, kwargs or {}))
         return future
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], wait_s: float) -> LaneCall:
@@ -129,7 +198,7 @@ class Lane:
         (`wait_s` 0: always the latter, without blocking). Either way `elapsed` is the call's
         duration on the lane once it has returned."""
         call = LaneCall()
-        self._queue.put((call, fn, args, kwargs))
+        self._put((call, fn, args, kwargs))
         if wait_s > 0 and call.done.acquire(True, wait_s):
             call.settled = True
             return call
@@ -142,17 +211,21 @@ class Lane:
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)`` with no one waiting for it (errors are logged)."""
-        self._queue.put((None, fn, args, {}))
+        self._put((None, fn, args, {}))
 
     def stop(self) -> None:
-        """Let the thread exit once every call queued so far has run."""
-        self._queue.put(None)
+        """Let the thread exit once every call queued so far has run (later calls never run)."""
+        if not self._stopped:
+            self._put(None)
+            self._stopped = True
 
     def _run(self) -> None:
-        get, finished, clock = self._queue.get, self._executors._finished, time.perf_counter
+        wait, take, finished, clock = self._wait, self._work.popleft, self._executors._finished, time.perf_counter
         while True:
-            work = get()
+            wait()
+            work = take()
             if work is None:
+                self._close_fd()
                 return
             call, fn, args, kwargs = work
             result: Any = None
@@ -252,7 +325,7 @@ class Executors:
         if abandoned >= self.max_abandoned_threads:
             raise LaneLimit(abandoned, self.max_abandoned_threads)
         self.loop()
-        lane = Lane(self, f"envsdk-env-lane-{next(self._names)}")
+        lane = Lane(self, f"envsdk-env-lane-{next(self._names)}", len(self._lanes) + abandoned < _fd_budget())
         self._lanes.add(lane)
         if shared:
             assert env_class is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import time
@@ -17,6 +18,7 @@ from server.helpers import frame, ws_url
 from websockets.asyncio.client import connect
 
 from envsdk.server import create_app
+from envsdk.server import executors as executors_module
 from envsdk.server.executors import Executors
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
 
@@ -115,11 +117,18 @@ async def test_with_lane_wait_zero_every_call_is_awaited_on_its_lane():
 
 
 @pytest.mark.timeout(60)
-async def test_every_outcome_arrives_once_whichever_side_wins_the_race():
+@pytest.mark.parametrize("wake", ["eventfd", "queue"])
+async def test_every_outcome_arrives_once_whichever_side_wins_the_race(wake: str, monkeypatch: pytest.MonkeyPatch):
     """Calls that end around the moment the loop stops waiting: each result (or error) comes
-    back exactly once, settled while waited for or through the future afterwards."""
+    back exactly once, settled while waited for or through the future afterwards; with either
+    of the ways a lane is woken."""
+    if wake == "eventfd" and not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform: every lane wakes through a queue")
+    if wake == "queue":
+        monkeypatch.setattr(executors_module, "_fd_budget", lambda: 0)
     executors = Executors(max_abandoned_threads=4)
     lane = executors.lane()
+    assert (lane._fd is not None) == (wake == "eventfd")
     rng = random.Random(7)
     settled = awaited = 0
     try:
@@ -151,5 +160,60 @@ async def test_every_outcome_arrives_once_whichever_side_wins_the_race():
         assert settled > 20 and awaited > 20, (settled, awaited)
         await asyncio.sleep(0.05)
         assert not executors._done  # nothing delivered twice or left behind
+    finally:
+        executors.shutdown()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="lanes wake through eventfds on Linux only")
+async def test_each_lane_holds_one_wake_up_fd_and_closes_it_when_it_stops():
+    executors = Executors(max_abandoned_threads=4)
+    before = _open_fds()
+    lanes = [executors.lane() for _ in range(64)]
+    try:
+        for i, lane in enumerate(lanes):
+            call = lane.call(lambda n: n * 2, (i,), {}, 0.5)
+            result = call.result if call.settled else await asyncio.wait_for(call.future, 5)  # type: ignore[arg-type]
+            assert result == i * 2
+        assert _open_fds() == before + 64
+        for lane in lanes:
+            executors.retire(lane)
+        await executors.wait_threads(10)
+        assert not any(lane.thread.is_alive() for lane in lanes)
+        assert _open_fds() == before  # no lane leaks its wake-up
+    finally:
+        executors.shutdown()
+
+
+@pytest.mark.timeout(60)
+async def test_lanes_past_the_fd_budget_wake_through_a_queue_and_keep_order(monkeypatch: pytest.MonkeyPatch):
+    """Sessions' sockets must not run short of file descriptors because of lanes: past the
+    budget a lane wakes through a queue instead, with the same order and the same ending."""
+    monkeypatch.setattr(executors_module, "_fd_budget", lambda: 2)
+    executors = Executors(max_abandoned_threads=4)
+    lanes = [executors.lane() for _ in range(4)]
+    try:
+        if hasattr(os, "eventfd"):
+            assert [lane._fd is not None for lane in lanes] == [True, True, False, False]
+        seen: dict[int, list[int]] = {i: [] for i in range(4)}
+        futures = []
+        for n in range(50):
+            for i, lane in enumerate(lanes):
+                futures.append(lane.submit(seen[i].append, (n,)))
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        assert all(order == list(range(50)) for order in seen.values())  # each lane in order
+
+        ran: list[str] = []
+        for lane in lanes:
+            lane.post(ran.append, "before stop")
+            executors.retire(lane)
+            lane.post(ran.append, "after stop")  # behind the end mark: never runs, never fails
+        await executors.wait_threads(10)
+        assert not any(lane.thread.is_alive() for lane in lanes)
+        assert ran == ["before stop"] * 4
     finally:
         executors.shutdown()
