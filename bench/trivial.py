@@ -24,6 +24,7 @@ import os
 import platform
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -105,15 +106,18 @@ class LevelResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _status(path: str) -> dict[str, str]:
+    """The ``name: value`` lines of a /proc status file (empty when it cannot be read)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return {}
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of process `pid` in KiB (0 when unknown)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return int(_status(f"/proc/{pid}/status").get("VmRSS", "0 kB").split()[0])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,15 +132,8 @@ def cpu_seconds(pid: int) -> float:
 def thread_switches(pid: int) -> tuple[int, int]:
     """Voluntary and involuntary context switches of process `pid`'s main thread, where each
     server measured here runs its event loop ((0, 0) when unknown)."""
-    counts = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0}
-    try:
-        for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name in counts:
-                counts[name] = int(value)
-    except OSError:
-        pass
-    return counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"]
+    status = _status(f"/proc/{pid}/task/{pid}/status")
+    return int(status.get("voluntary_ctxt_switches", 0)), int(status.get("nonvoluntary_ctxt_switches", 0))
 
 
 # ---------------------------------------------------------------- load generator (one process)
@@ -347,16 +344,27 @@ def machine_line() -> str:
 
 def _median(results: list[LevelResult]) -> LevelResult:
     """The run with the median steps/s of several rounds of one (server, sessions) level."""
-    ordered = sorted(results, key=lambda r: r.steps_per_s)
-    return ordered[(len(ordered) - 1) // 2]
+    median = statistics.median_low(r.steps_per_s for r in results)
+    return next(r for r in results if r.steps_per_s == median)
 
 
 def _ratio(values: list[float]) -> str:
-    ordered = sorted(values)
-    median = ordered[(len(ordered) - 1) // 2]
-    if len(ordered) == 1:
+    median = statistics.median_low(values)
+    if len(values) == 1:
         return f"{median:.2f}×"
-    return f"{median:.2f}× ({ordered[0]:.2f}–{ordered[-1]:.2f})"
+    return f"{median:.2f}× ({min(values):.2f}–{max(values):.2f})"
+
+
+def _ratios(mine: list[LevelResult], others: list[LevelResult], measure: str) -> str:
+    """Median (min–max) over the rounds of mine / other's steps/s (`measure` "steps") or CPU
+    per step ("cpu"), each round against the same round's other server."""
+    by_round = {r.round: r for r in others}
+    values = [
+        e.steps_per_s / max(o.steps_per_s, 1e-9) if measure == "steps" else e.cpu_us_per_step / o.cpu_us_per_step
+        for e in mine
+        if (o := by_round.get(e.round)) is not None and o.steps and e.steps
+    ]
+    return _ratio(values) if values else "–"
 
 
 def render(results: list[LevelResult], levels: list[int], duration: float, command: str, procs: int) -> str:
@@ -415,23 +423,11 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
         for kind in ("envsdk", "envsdk-awaited", "envsdk-inline"):
             if (kind, n) not in runs:
                 continue
-            per_round = {r.round: r for r in runs[(kind, n)]}
-            others = {
-                other: {r.round: r for r in runs.get((other, n), [])} for other in ("openenv", "bare")
-            }
-
-            def ratios(other: str, measure: str) -> str:
-                values = []
-                for rnd, e in per_round.items():
-                    o = others[other].get(rnd)
-                    if o is None or not o.steps or not e.steps:
-                        continue
-                    values.append(
-                        e.steps_per_s / max(o.steps_per_s, 1e-9) if measure == "steps" else e.cpu_us_per_step / o.cpu_us_per_step
-                    )
-                return _ratio(values) if values else "–"
-
-            lines.append(f"| {n} | {kind} | {ratios('openenv', 'steps')} | {ratios('bare', 'steps')} | {ratios('bare', 'cpu')} |")
+            mine = runs[(kind, n)]
+            lines.append(
+                f"| {n} | {kind} | {_ratios(mine, runs.get(('openenv', n), []), 'steps')} | "
+                f"{_ratios(mine, runs.get(('bare', n), []), 'steps')} | {_ratios(mine, runs.get(('bare', n), []), 'cpu')} |"
+            )
     errors = [f"{r.kind}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
     if errors:
         lines += ["", "First error per failing run: " + "; ".join(errors)]

@@ -54,8 +54,9 @@ core preempted the loop, found the GIL taken and slept again: the loop thread co
 voluntary + 1.9 involuntary context switches per step at 256 sessions with the queue, 0.6 +
 0.6 with the eventfd (`python -m bench trivial` reports this per server). In-process, with the
 other core busy as the load generator keeps it, one waited hand-off costs 10.9 instead of
-15.7 us of CPU (`python -m bench handoff`); in the server, 97-99 instead of 107-112 us per step
-at 1,024 sessions and no measurable change at 256 (alternating runs). A lane holds its eventfd
+15.7 us of CPU (`python -m bench handoff --busy 1`); in the server, 97-99 instead of 107-112 us
+per step at 1,024 sessions and no measurable change at 256 (runs alternated with the previous
+code; bench/RESULTS.md, "Performance notes"). A lane holds its eventfd
 until its thread exits. Lanes use at most a quarter of the file-descriptor limit for eventfds
 (each session's socket needs one too); past that, and where there is no eventfd, a lane is
 woken through a `queue.SimpleQueue` as before.
