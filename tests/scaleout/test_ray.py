@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 from envsdk.client import EnvPool, PoolSettings, Retry
 from envsdk.env import RolloutRequest
 from envsdk.policies import SudokuOraclePolicy
+from envsdk.policies.base import Message
 from envsdk.ray import RayReplicas, start_replicas
 from envsdk.schedulers import SudokuScheduler, Trajectory
 
@@ -44,6 +45,18 @@ def _health(url: str) -> dict[str, Any]:
 
 def _server_of(trajectory: Trajectory) -> str:
     return str(trajectory.runtime.base_url)
+
+
+class _Held(SudokuOraclePolicy):
+    """The oracle, making each move only while `moving` is set."""
+
+    def __init__(self, moving: asyncio.Event) -> None:
+        super().__init__()
+        self.moving = moving
+
+    async def act(self, messages: list[Message]) -> str:
+        await self.moving.wait()
+        return await super().act(messages)
 
 
 async def _wait_replaced(replicas: RayReplicas, index: int, old_url: str, timeout: float) -> str:
@@ -72,7 +85,6 @@ async def test_ray_replicas_share_episodes_and_a_killed_one_is_replaced_without_
     try:
         urls = replicas.base_urls()
         assert len(urls) == 2 and len(set(urls)) == 2
-        victim_url = urls[0]
         pool = EnvPool(
             replicas,
             settings=PoolSettings(refresh_interval_s=0.5, health_interval_s=0.5, backoff_base_s=0.2),
@@ -80,18 +92,40 @@ async def test_ray_replicas_share_episodes_and_a_killed_one_is_replaced_without_
             retry=Retry(max_attempts=3, backoff_base=0.1),
         )
         scheduler = SudokuScheduler(base_url=pool, max_concurrent_envs=8)
-        kill: list[asyncio.Task[None]] = []
+        kill: list[asyncio.Task[int]] = []
         done: list[Trajectory] = []
+        # Episodes stop before their next move while a replica is being killed, so that the
+        # kill, which Ray carries out asynchronously, lands while they are in flight (an oracle
+        # game is over in well under a second, the kill can take longer on a busy machine).
+        moving = asyncio.Event()
+        moving.set()
+
+        async def kill_busiest() -> int:
+            await asyncio.sleep(0.5)  # every running episode is now held at its next move
+            busiest = max(pool.servers(), key=lambda s: s.opened)
+            index = next(r.index for r in replicas.replicas() if r.base_url == busiest.base_url)
+            await asyncio.to_thread(ray.kill, replicas.actors[index], no_restart=False)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # until the process is gone
+                try:
+                    await asyncio.to_thread(_health, busiest.base_url)
+                except OSError:
+                    break
+                await asyncio.sleep(0.1)
+            moving.set()
+            return index
 
         def on_done(trajectory: Trajectory) -> None:
             done.append(trajectory)
             # Once a few episodes are done, others are in flight on both replicas: kill one.
             if len(done) == 6:
-                kill.append(asyncio.ensure_future(asyncio.to_thread(ray.kill, replicas.actors[0], no_restart=False)))
+                moving.clear()
+                kill.append(asyncio.ensure_future(kill_busiest()))
 
-        trajectories = await scheduler.run(_rows(range(32)), SudokuOraclePolicy(), max_concurrency=8, on_done=on_done)
+        trajectories = await scheduler.run(_rows(range(32)), _Held(moving), max_concurrency=8, on_done=on_done)
         assert kill, "the replica was never killed"
-        await kill[0]
+        victim = await kill[0]
+        victim_url = urls[victim]
 
         by_status = Counter((_server_of(t), t.status, t.error_kind) for t in trajectories)
         used = {_server_of(t) for t in trajectories}
@@ -105,12 +139,13 @@ async def test_ray_replicas_share_episodes_and_a_killed_one_is_replaced_without_
         assert lost, f"no episode was in flight on the killed replica: {by_status}"
         assert len(lost) <= 8
 
-        new_url = await _wait_replaced(replicas, 0, victim_url, timeout=90)
+        new_url = await _wait_replaced(replicas, victim, victim_url, timeout=90)
         assert _health(new_url)["status"] == "healthy"
-        assert sorted(replicas.base_urls()) == sorted([new_url, urls[1]])
+        survivor_url = urls[1 - victim]
+        assert sorted(replicas.base_urls()) == sorted([new_url, survivor_url])
         # The pool learns the new address: fresh episodes go to both live replicas again.
         again = await scheduler.run(_rows(range(100, 104)), SudokuOraclePolicy(), max_concurrency=4)
         assert [t.status for t in again] == ["done"] * 4
-        assert {_server_of(t) for t in again} == {new_url, urls[1]}
+        assert {_server_of(t) for t in again} == {new_url, survivor_url}
     finally:
         await asyncio.to_thread(replicas.shutdown)
