@@ -199,8 +199,16 @@ class Lane:
         (`wait_s` 0: always the latter, without blocking). Either way `elapsed` is the call's
         duration on the lane once it has returned."""
         call = LaneCall()
+        if wait_s <= 0:
+            # Not waited for: the loop claims the outcome before the lane can, so it always
+            # arrives through the future (a lane faster than the loop must not make it look
+            # waited for, nor settle it on a path the loop did not take).
+            call.future = self._executors.loop().create_future()
+            call.claim.pop()
+            self._put((call, fn, args, kwargs))
+            return call
         self._put((call, fn, args, kwargs))
-        if wait_s > 0 and call.done.acquire(True, wait_s):
+        if call.done.acquire(True, wait_s):
             call.settled = True
             return call
         call.future = self._executors.loop().create_future()

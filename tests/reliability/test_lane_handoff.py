@@ -217,3 +217,24 @@ async def test_lanes_past_the_fd_budget_wake_through_a_queue_and_keep_order(monk
         assert ran == ["before stop"] * 4
     finally:
         executors.shutdown()
+
+
+@pytest.mark.timeout(60)
+async def test_a_call_not_waited_for_is_never_settled_even_when_the_lane_is_faster():
+    """With ``wait_s`` 0 the loop does not wait, so the outcome always comes through the future,
+    also when the lane finished the call before the loop looked (a race the lane wins often on
+    a busy machine, and which used to count such a call as waited for)."""
+    executors = Executors(max_abandoned_threads=4)
+    lane = executors.lane()
+    try:
+        for i in range(2000):
+            call = lane.call(int, (i,), {}, 0)
+            if i % 2:
+                await asyncio.sleep(0.0005)  # let the lane finish first: the race's other side
+            assert not call.settled, f"call {i} settled without being waited for"
+            assert call.future is not None
+            assert await asyncio.wait_for(call.future, 5) == i
+        await asyncio.sleep(0.05)
+        assert not executors._done
+    finally:
+        executors.shutdown()
