@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
 # Set up everything the tests need, from this project's own files, then run the whole suite:
 # the main tests in .venv, then the ms-swift plugin tests in their own .venv-swift
-# (skip those with ENVSDK_SKIP_SWIFT=1). Arguments go to the main pytest run.
+# (skip those with ENVSDK_SKIP_SWIFT=1). Arguments go to the main pytest run. Both suites run
+# whatever the first one's outcome; the script reports each and fails if either failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "test,train,ray"
+
+# apt-get install that waits (up to 10 minutes) for another apt/dpkg process to let go of its
+# lock instead of aborting at once; returns non-zero (never exits) when it cannot install.
+apt_install() {
+  local wait=(-o DPkg::Lock::Timeout=600)
+  apt-get "${wait[@]}" update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -qq "$@" >/dev/null
+}
+
 # The web page is tested in a real headless browser: Debian's chromium and its driver.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    apt_install chromium chromium-driver \
+      || echo "warning: could not install chromium/chromedriver (see apt-get's message); browser tests will skip" >&2
   else
     echo "warning: chromium/chromedriver missing and cannot be installed here; browser tests will skip" >&2
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+main_rc=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || main_rc=$?
+swift_rc=0
 if [ -z "${ENVSDK_SKIP_SWIFT:-}" ]; then
-  bash scripts/test_swift.sh
+  bash scripts/test_swift.sh || swift_rc=$?
+  swift_line="exit status $swift_rc"
+else
+  swift_line="skipped (ENVSDK_SKIP_SWIFT is set)"
 fi
+echo "test.sh: main suite (tests/): exit status $main_rc; ms-swift suite (tests_swift/): $swift_line" >&2
+[ "$main_rc" -eq 0 ] && [ "$swift_rc" -eq 0 ]

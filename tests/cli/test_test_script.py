@@ -1,0 +1,79 @@
+"""``scripts/test.sh`` itself, run on a copy whose tools are stand-in scripts (the real suites
+take an hour): both suites run and are reported whatever the first one's outcome, the script
+fails if either failed, and apt waits for a lock another process holds instead of aborting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import REPO
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _script(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/usr/bin/env bash\n" + body + "\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _checkout(tmp_path: Path, *, main_rc: int, swift_rc: int, browser: bool = True) -> tuple[Path, dict[str, str]]:
+    """A copy of test.sh beside stand-ins for setup.sh, the venv's python and test_swift.sh
+    (each logs its call to calls.log); `browser` puts chromium and chromedriver on PATH."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
+    log = tmp_path / "calls.log"
+    _script(root / "scripts" / "setup.sh", f'echo "setup $*" >> {log}')
+    _script(root / ".venv" / "bin" / "python", f'echo "pytest $*" >> {log}; exit {main_rc}')
+    _script(root / "scripts" / "test_swift.sh", f'echo "swift" >> {log}; exit {swift_rc}')
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir / "apt-get", f'echo "apt-get $*" >> {log}')
+    if browser:
+        _script(bin_dir / "chromium", "true")
+        _script(bin_dir / "chromedriver", "true")
+    env = {k: v for k, v in os.environ.items() if k != "ENVSDK_SKIP_SWIFT"}
+    # Only the stand-ins and the shell's basics: no real chromium, apt-get or pytest reachable.
+    env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+    return root, env
+
+
+def _run(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(root / "scripts" / "test.sh")], env=env, capture_output=True, text=True, timeout=50)
+
+
+@pytest.mark.parametrize(("main_rc", "swift_rc"), [(1, 0), (0, 1), (1, 1), (0, 0)])
+def test_both_suites_run_and_are_reported_and_either_failing_fails_the_script(
+    tmp_path: Path, main_rc: int, swift_rc: int
+) -> None:
+    root, env = _checkout(tmp_path, main_rc=main_rc, swift_rc=swift_rc)
+    done = _run(root, env)
+    calls = (tmp_path / "calls.log").read_text(encoding="utf-8").splitlines()
+    assert [c.split()[0] for c in calls] == ["setup", "pytest", "swift"], calls
+    assert (done.returncode == 0) == (main_rc == 0 and swift_rc == 0), done
+    assert f"main suite (tests/): exit status {main_rc}" in done.stderr, done.stderr
+    assert f"ms-swift suite (tests_swift/): exit status {swift_rc}" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="test.sh installs the browser with apt-get only as root")
+def test_apt_waits_for_the_lock_and_a_failed_install_only_skips_the_browser_tests(tmp_path: Path) -> None:
+    root, env = _checkout(tmp_path, main_rc=0, swift_rc=0, browser=False)
+    done = _run(root, env)
+    assert done.returncode == 0, done
+    apt_calls = [c for c in (tmp_path / "calls.log").read_text(encoding="utf-8").splitlines() if c.startswith("apt-get")]
+    assert apt_calls and all("DPkg::Lock::Timeout=" in c for c in apt_calls), apt_calls
+    # apt-get failing (a lock held past the wait, no network): a warning, and the suites still run.
+    _script(tmp_path / "bin" / "apt-get", "echo 'E: Could not get lock /var/lib/dpkg/lock-frontend' >&2; exit 100")
+    (tmp_path / "calls.log").unlink()
+    failed = _run(root, env)
+    assert failed.returncode == 0, failed
+    assert "browser tests will skip" in failed.stderr
+    assert [c.split()[0] for c in (tmp_path / "calls.log").read_text(encoding="utf-8").splitlines()] == [
+        "setup", "pytest", "swift"
+    ]
