@@ -2,12 +2,19 @@
 
 ``vllm serve MODEL`` on a GPU machine, ``transformers serve DIR`` on a CPU one, or a hosted API:
 all answer ``POST /v1/chat/completions``. Needs the ``openai`` extra (httpx).
+
+Every request is bounded in seconds and bytes: `timeout` is a total deadline for the whole
+request (connecting, sending and reading the entire body), not a per-read timeout a server can
+defeat by trickling a byte at a time; a body longer than `max_response_bytes` is refused as soon
+as it declares or reaches that size, so it is never held whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 from typing import Any
 
 try:
@@ -22,12 +29,20 @@ __all__ = [
     "InferenceError",
     "InferenceServerError",
     "InferenceConnectionError",
+    "InferenceTimeoutError",
     "InferenceResponseError",
+    "InferenceResponseTooLargeError",
     "chat_completions_url",
+    "DEFAULT_MAX_RESPONSE_BYTES",
 ]
 
 # An error body can be a whole HTML page; enough of it to act on goes into the message.
 _BODY_EXCERPT = 2000
+# What is kept of a non-2xx body: any error message fits, and a huge one is not read on.
+_ERROR_BODY_BYTES = 64 << 10
+
+#: The default `max_response_bytes`: a long completion with logprobs is a few MiB at most.
+DEFAULT_MAX_RESPONSE_BYTES = 16 << 20
 
 
 class InferenceError(PolicyError):
@@ -50,8 +65,35 @@ class InferenceConnectionError(InferenceError):
     """The server could not be reached, or did not answer within the timeout."""
 
 
+class InferenceTimeoutError(InferenceConnectionError):
+    """The whole request (connect, send, every byte of the answer) took longer than `timeout`
+    seconds."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(
+            f"POST {url} gave no complete answer within {timeout} s (the total deadline of one"
+            " request); raise `timeout` or check the server"
+        )
+        self.url = url
+        self.timeout = timeout
+
+
 class InferenceResponseError(InferenceError):
     """The server answered 2xx with a body that is not a chat completion."""
+
+
+class InferenceResponseTooLargeError(InferenceResponseError):
+    """The answer's body declares or reaches more than `limit` bytes (``max_response_bytes``)."""
+
+    def __init__(self, url: str, limit: int, declared: int | None = None) -> None:
+        size = f"declares {declared} bytes" if declared is not None else f"passed {limit} bytes"
+        super().__init__(
+            f"POST {url} answered a body that {size}, over max_response_bytes={limit}; lower"
+            " max_tokens or raise max_response_bytes"
+        )
+        self.url = url
+        self.limit = limit
+        self.declared = declared
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -67,13 +109,19 @@ class OpenAIChatPolicy(Policy):
 
     Every request sends `model`, the messages, ``temperature``, ``top_p``, ``max_tokens`` and,
     when given, ``seed``; `extra_body` is merged in last (for server-specific fields such as
-    vLLM's ``top_k`` or ``chat_template_kwargs``). At most `concurrency` requests are in
-    flight at once; `timeout` bounds each request in seconds.
+    vLLM's ``top_k`` or ``chat_template_kwargs``). The sampling options follow OpenAI's
+    conventions and ranges: ``temperature`` in [0, 2] (0 is greedy), ``top_p`` in (0, 1],
+    ``max_tokens`` >= 1. `api_key` is sent as ``Authorization: Bearer <key>``; None (the
+    default) reads ``$OPENAI_API_KEY``, ``""`` sends no key. At most `concurrency` requests are
+    in flight at once; `timeout` is the total deadline of one request in seconds and
+    `max_response_bytes` the largest body read (see the module docstring).
 
     ``finish_reason`` is ``"length"`` when the server reports the reply was cut by
     ``max_tokens`` and ``"stop"`` for every other ending. Errors: `InferenceServerError`
-    (non-2xx, with status and body), `InferenceConnectionError` (unreachable, timed out),
-    `InferenceResponseError` (a 2xx body that is not a chat completion).
+    (non-2xx, with status and the start of the body), `InferenceConnectionError` (unreachable)
+    and its `InferenceTimeoutError` (past `timeout`), `InferenceResponseError` (a 2xx body that
+    is not a chat completion) and its `InferenceResponseTooLargeError` (over
+    `max_response_bytes`). A bad option is a `ValueError` naming it.
     """
 
     def __init__(
@@ -89,11 +137,22 @@ class OpenAIChatPolicy(Policy):
         extra_body: dict[str, Any] | None = None,
         concurrency: int = 8,
         timeout: float = 120.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0.0 <= temperature <= 2.0:
+            raise ValueError(f"temperature must be within [0, 2] (0 is greedy), got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be within (0, 1], got {top_p}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout}")
+        if max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes}")
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY")
         self.url = chat_completions_url(base_url)
         self.model = model
         self.temperature = temperature
@@ -102,8 +161,11 @@ class OpenAIChatPolicy(Policy):
         self.seed = seed
         self.extra_body: dict[str, Any] = dict(extra_body or {})
         self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # One connection per concurrent request is all the semaphore ever lets through.
+        # One connection per concurrent request is all the semaphore ever lets through. httpx's
+        # timeout bounds each read only; `act_ex` puts the total deadline around the request.
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(timeout),
@@ -132,18 +194,37 @@ class OpenAIChatPolicy(Policy):
         body = self.request_body(messages)
         async with self._semaphore:
             try:
-                response = await self._client.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                raise InferenceConnectionError(
-                    f"POST {self.url} timed out ({type(exc).__name__}); raise `timeout` or check the server"
-                ) from exc
+                async with asyncio.timeout(self.timeout):
+                    status, text = await self._post(body)
+            except (TimeoutError, httpx.TimeoutException) as exc:
+                raise InferenceTimeoutError(self.url, self.timeout) from exc
             except httpx.TransportError as exc:
                 raise InferenceConnectionError(
                     f"POST {self.url} failed: {type(exc).__name__}: {exc}; is the server running?"
                 ) from exc
-        if not response.is_success:
-            raise InferenceServerError(self.url, response.status_code, response.text)
-        return _parse_completion(self.url, response.text)
+        if not 200 <= status < 300:
+            raise InferenceServerError(self.url, status, text)
+        return _parse_completion(self.url, text)
+
+    async def _post(self, body: dict[str, Any]) -> tuple[int, str]:
+        """``(status, body text)``, reading at most `max_response_bytes` of a 2xx body (else
+        `InferenceResponseTooLargeError`) and the first bytes of any other."""
+        async with self._client.stream("POST", self.url, json=body) as response:
+            success = response.is_success
+            limit = self.max_response_bytes if success else _ERROR_BODY_BYTES
+            declared = response.headers.get("content-length")
+            if success and declared is not None and declared.isdigit() and int(declared) > limit:
+                raise InferenceResponseTooLargeError(self.url, limit, int(declared))
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > limit:
+                    if success:
+                        raise InferenceResponseTooLargeError(self.url, limit)
+                    del data[limit:]
+                    break
+            encoding = response.encoding or "utf-8"
+            return response.status_code, data.decode(encoding, errors="replace")
 
     async def aclose(self) -> None:
         await self._client.aclose()

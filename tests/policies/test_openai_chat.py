@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +23,9 @@ from envsdk.policies import make_policy
 from envsdk.policies.openai_chat import (
     InferenceConnectionError,
     InferenceResponseError,
+    InferenceResponseTooLargeError,
     InferenceServerError,
+    InferenceTimeoutError,
     OpenAIChatPolicy,
     chat_completions_url,
 )
@@ -189,3 +192,132 @@ def test_rollout_preflight_names_the_served_models_then_runs_with_the_right_one(
     assert_one_line_error(wrong, "does not serve the model 'no-such-model'", model)
     right = envsdk(*args, "--model", model, cwd=tmp_path, timeout=200)
     assert right.returncode == 0, right.stderr
+
+
+# ---------------------------------------------------------------- bounds in seconds and bytes
+
+_COMPLETION = b'{"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}'
+
+
+def _trickling_app(body: bytes, delay_s: float, chunk: int, declared_length: bool = False):  # type: ignore[no-untyped-def]
+    """A server that sends `body` `chunk` bytes at a time, `delay_s` apart: each read gets bytes
+    well within any per-read timeout while the whole answer takes long (or is huge)."""
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+    app.state.sent = 0
+
+    @app.post("/v1/chat/completions")
+    async def complete() -> StreamingResponse:
+        async def pieces():  # type: ignore[no-untyped-def]
+            for start in range(0, len(body), chunk):
+                app.state.sent += len(body[start : start + chunk])
+                yield body[start : start + chunk]
+                await asyncio.sleep(delay_s)
+
+        headers = {"content-length": str(len(body))} if declared_length else None
+        return StreamingResponse(pieces(), media_type="application/json", headers=headers)
+
+    return app
+
+
+@pytest.mark.timeout(60)
+async def test_a_trickling_server_is_cut_off_at_the_total_deadline() -> None:
+    # One byte every 0.25 s: a 2 s per-read timeout never fires; the whole body takes ~23 s.
+    app = _trickling_app(_COMPLETION, delay_s=0.25, chunk=1)
+    with running_server(app, timeout_graceful_shutdown=2) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", timeout=2) as policy:
+            started = time.monotonic()
+            with pytest.raises(InferenceTimeoutError, match=r"within 2(\.0)? s") as caught:
+                await policy.act(MESSAGES)
+            elapsed = time.monotonic() - started
+    assert isinstance(caught.value, InferenceConnectionError)  # still an unreachable-server error
+    assert elapsed < 2 + 3, f"took {elapsed:.1f} s with timeout=2"
+
+
+@pytest.mark.timeout(60)
+async def test_a_body_over_the_limit_is_refused_before_it_is_read_whole() -> None:
+    big = b'{"choices": [{"message": {"content": "' + b"x" * (8 << 20) + b'"}}]}'
+    app = _trickling_app(big, delay_s=0.01, chunk=64 << 10)
+    with running_server(app, timeout_graceful_shutdown=2) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", timeout=30, max_response_bytes=1 << 20) as policy:
+            with pytest.raises(InferenceResponseTooLargeError, match="max_response_bytes") as caught:
+                await policy.act(MESSAGES)
+    assert isinstance(caught.value, InferenceResponseError)
+    assert caught.value.limit == 1 << 20
+    # The policy stopped reading soon after the limit (the server may have buffered a little more).
+    assert app.state.sent < len(big) // 2
+
+
+@pytest.mark.timeout(60)
+async def test_a_declared_length_over_the_limit_is_refused_without_reading() -> None:
+    big = b'{"choices": [{"message": {"content": "' + b"x" * (4 << 20) + b'"}}]}'
+    app = _trickling_app(big, delay_s=0.05, chunk=64 << 10, declared_length=True)
+    with running_server(app, timeout_graceful_shutdown=2) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", timeout=30, max_response_bytes=1 << 20) as policy:
+            with pytest.raises(InferenceResponseTooLargeError, match="declares"):
+                await policy.act(MESSAGES)
+
+
+@pytest.mark.timeout(30)
+async def test_a_body_within_the_limit_is_read() -> None:
+    app = _trickling_app(_COMPLETION, delay_s=0.0, chunk=16)
+    with running_server(app) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", timeout=10, max_response_bytes=len(_COMPLETION)) as policy:
+            assert await policy.act(MESSAGES) == "ok"
+
+
+# ---------------------------------------------------------------- OpenAI conventions
+
+
+def _recording_app():  # type: ignore[no-untyped-def]
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    seen: list[tuple[str | None, Any]] = []
+
+    async def complete(request: Request) -> JSONResponse:
+        seen.append((request.headers.get("authorization"), await request.json()))
+        return JSONResponse({"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+    app.state.seen = seen
+    return app
+
+
+@pytest.mark.timeout(30)
+async def test_api_key_defaults_to_the_openai_api_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _recording_app()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    with running_server(app) as base_url:
+        async with OpenAIChatPolicy(base_url, "m", temperature=0.0, top_p=0.5, max_tokens=9) as policy:
+            await policy.act(MESSAGES)
+        async with OpenAIChatPolicy(base_url, "m", api_key="sk-given") as policy:
+            await policy.act(MESSAGES)
+        async with OpenAIChatPolicy(base_url, "m", api_key="") as policy:
+            await policy.act(MESSAGES)
+    (auth_env, body), (auth_given, _), (auth_none, _) = app.state.seen
+    assert auth_env == "Bearer sk-from-env"
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.0, 0.5, 9)
+    assert auth_given == "Bearer sk-given"
+    assert auth_none is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"timeout": 0}, "timeout"),
+        ({"max_response_bytes": 0}, "max_response_bytes"),
+    ],
+)
+def test_out_of_range_sampling_options_are_refused_naming_the_option(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        OpenAIChatPolicy("http://h:1", "m", **kwargs)
