@@ -1,0 +1,82 @@
+"""Sandboxes for running untrusted code: a provider interface and two providers.
+
+A `SandboxProvider` starts a `Sandbox`; a sandbox runs commands (`Sandbox.run`, argv, stdin,
+timeout: `subprocess.run`'s vocabulary, answered with a `CompletedRun`) and snippets in one
+persistent Python interpreter (`Sandbox.run_python`), reads and writes files in its workspace,
+and is closed. Every call has a deadline; every run gets the CPU-time, address-space,
+process-count, file-size and open-file limits of `SandboxLimits`; whatever a run leaves
+running is killed when it ends; `close` kills every process and removes every file.
+
+How it works: a provider only says how to start one process isolated in its way
+(`SandboxProvider.command`, as an httpx transport only says how bytes travel). That process is
+the *agent* (`_agent.py`, standard library only), which runs each request's processes under
+the limits, as a child subreaper, and answers one JSON line per request.
+
+Providers here:
+
+* `BubblewrapProvider` (``bwrap``): Linux namespaces: no network, read-only ``/usr`` only,
+  private tmpfs workspace and ``/tmp`` bounded in bytes, own PID namespace, cleared
+  environment. The one to use.
+* `ProcessProvider`: plain processes with rlimits and process groups, **weaker**: no network,
+  file-system or process-table isolation (its docstring lists what it cannot stop). For
+  machines without bubblewrap, and trusted code.
+
+Not here, and what they would add. A Docker (or Podman) provider would be one class whose
+``command`` is ``docker run --rm -i --network none --read-only --tmpfs /workspace:size=...
+--pids-limit --memory --cpus IMAGE python -c AGENT``: cgroup limits on memory, CPU share and
+process count for the whole sandbox (not per process), and an image with the task's
+dependencies; it is not here because a Docker daemon cannot run on these machines, so it
+could not be tested. A remote provider (a sandbox service, or SSH to a worker) would replace
+the agent's pipes with a connection and add start-up over the network, machine-level
+isolation and scale beyond one host; it needs a service to test against, which is not
+available here either.
+"""
+
+from envsdk.sandbox.base import (
+    CompletedRun,
+    Sandbox,
+    SandboxClosed,
+    SandboxDied,
+    SandboxError,
+    SandboxLimits,
+    SandboxPathError,
+    SandboxProvider,
+    SandboxStartError,
+    SandboxTimeout,
+    kill_tree,
+    process_tree,
+)
+from envsdk.sandbox.bubblewrap import BubblewrapProvider, bwrap_path
+from envsdk.sandbox.pool import SandboxPool
+from envsdk.sandbox.process import ProcessProvider
+
+__all__ = [
+    "CompletedRun",
+    "Sandbox",
+    "SandboxClosed",
+    "SandboxDied",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxPathError",
+    "SandboxProvider",
+    "SandboxStartError",
+    "SandboxTimeout",
+    "kill_tree",
+    "process_tree",
+    "BubblewrapProvider",
+    "bwrap_path",
+    "ProcessProvider",
+    "SandboxPool",
+    "make_provider",
+]
+
+
+def make_provider(name: str, limits: SandboxLimits | None = None) -> SandboxProvider:
+    """``"bubblewrap"`` or ``"process"``; ``"auto"``: bubblewrap where ``bwrap`` is installed."""
+    if name == "auto":
+        name = "bubblewrap" if bwrap_path() is not None else "process"
+    if name == "bubblewrap":
+        return BubblewrapProvider(limits)
+    if name == "process":
+        return ProcessProvider(limits)
+    raise ValueError(f"unknown sandbox provider {name!r}: bubblewrap, process or auto")

@@ -1,0 +1,388 @@
+"""The agent: the one process a sandbox starts, run inside it by every provider.
+
+The host sends one JSON line per request on the agent's stdin and reads one JSON line back on
+its stdout. The agent runs each command as its own child (own session, the sandbox's rlimits),
+keeps one persistent Python interpreter (the REPL worker) for snippets, and after every request
+kills whatever the request left running. It is a child subreaper, so a daemonised grandchild
+that outlives its parent is re-parented to the agent and still found and killed.
+
+This file is sent to the sandbox's interpreter as ``-c`` source: it must import nothing but the
+standard library and must not be imported by envsdk itself (`envsdk.sandbox.base` reads it as
+text). Bytes travel base64-encoded.
+"""
+
+import base64
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+LIMITS = json.loads(sys.argv[1])
+WORKSPACE = os.getcwd()
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+WORKER_PIDS = set
+
+WORKER = r'''
+import os, sys, traceback
+control = os.fdopen(int(sys.argv[1]), "w")
+scope = {"__name__": "__main__", "__builtins__": __builtins__}
+source = sys.stdin.buffer
+while True:
+    header = source.readline()
+    if not header:
+        break
+    code = source.read(int(header)).decode("utf-8", "replace")
+    status = 0
+    try:
+        exec(compile(code, "<cell>", "exec"), scope)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    control.write(str(status) + "\n")
+    control.flush()
+'''
+
+
+#: The persistent interpreter's CPU hard limit, in runs' worth: each snippet gets a soft
+#: limit of its own (`Worker.execute`), which only a hard limit above it allows.
+WORKER_CPU_RUNS = 60
+
+
+def _limit_child(cpu_hard=None):
+    """preexec_fn of every child: the sandbox's rlimits, lower priority."""
+    pairs = (
+        (resource.RLIMIT_CPU, (LIMITS["cpu_s"], cpu_hard or LIMITS["cpu_s"])),
+        (resource.RLIMIT_AS, (LIMITS["memory_bytes"],) * 2),
+        (resource.RLIMIT_NPROC, (LIMITS["processes"],) * 2),
+        (resource.RLIMIT_FSIZE, (LIMITS["file_bytes"],) * 2),
+        (resource.RLIMIT_NOFILE, (LIMITS["open_files"],) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    )
+    for which, soft_hard in pairs:
+        resource.setrlimit(which, soft_hard)
+    os.nice(10)
+
+
+def _children_map():
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def _descendants(root, keep):
+    tree = _children_map()
+    found, todo = [], list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid in keep:
+            continue
+        found.append(pid)
+        todo.extend(tree.get(pid, []))
+    return found
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_leftovers(keep=()):
+    """SIGSTOP then SIGKILL every descendant of the agent but `keep` (and theirs), until none
+    is left: stopped processes cannot fork while the rest are being killed."""
+    keep = set(keep)
+    for _ in range(100):
+        pids = _descendants(os.getpid(), keep)
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.01)
+        _reap_except(keep)
+
+
+def _reap_except(keep):
+    if not keep:
+        _reap()
+        return
+    for pid in _descendants(os.getpid(), set()):
+        if pid in keep:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+class Capture:
+    """Reads a child's stdout and stderr, keeping at most ``output_bytes`` of each and
+    draining (and counting) the rest so the child never blocks on a full pipe."""
+
+    def __init__(self, streams):
+        self.limit = LIMITS["output_bytes"]
+        self.kept = {name: bytearray() for name in streams}
+        self.seen = {name: 0 for name in streams}
+        self.selector = selectors.DefaultSelector()
+        for name, stream in streams.items():
+            os.set_blocking(stream.fileno(), False)
+            self.selector.register(stream.fileno(), selectors.EVENT_READ, name)
+
+    def streams_open(self):
+        return any(key.data in self.kept for key in self.selector.get_map().values())
+
+    def read(self, key):
+        try:
+            data = os.read(key.fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.selector.unregister(key.fd)
+            return
+        self.seen[key.data] += len(data)
+        room = self.limit - len(self.kept[key.data])
+        if room > 0:
+            self.kept[key.data] += data[:room]
+
+    def pump(self, timeout):
+        for key, _ in self.selector.select(timeout):
+            self.read(key)
+
+    def drain(self):
+        """Read what is already in the pipes (a stream stays open while a process holds it)."""
+        while True:
+            ready = [key for key, _ in self.selector.select(0) if key.data in self.kept]
+            if not ready:
+                return
+            for key in ready:
+                self.read(key)
+
+    def result(self):
+        return {
+            "stdout": base64.b64encode(bytes(self.kept["stdout"])).decode(),
+            "stderr": base64.b64encode(bytes(self.kept["stderr"])).decode(),
+            "stdout_bytes": self.seen["stdout"],
+            "stderr_bytes": self.seen["stderr"],
+        }
+
+
+def run(request):
+    started = time.monotonic()
+    deadline = started + request["timeout_s"]
+    data = base64.b64decode(request.get("input") or "")
+    try:
+        child = subprocess.Popen(
+            request["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
+        )
+    except OSError as exc:
+        return {"error": "spawn", "message": f"cannot start {request['argv'][:1]}: {exc}"}
+    capture = Capture({"stdout": child.stdout, "stderr": child.stderr})
+    try:
+        child.stdin.write(data)
+    except (BrokenPipeError, OSError):
+        pass
+    try:
+        child.stdin.close()
+    except OSError:
+        pass
+    timed_out = False
+    while child.poll() is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        if capture.streams_open():
+            capture.pump(min(left, 0.1))
+        else:
+            time.sleep(min(left, 0.01))
+    # Whatever the command left running (a daemon holding its pipes open) dies with it.
+    kill_leftovers(keep=WORKER_PIDS())
+    returncode = child.wait()
+    capture.drain()
+    for stream in (child.stdout, child.stderr):
+        stream.close()
+    return {**capture.result(), "returncode": -signal.SIGKILL if timed_out else returncode,
+            "timed_out": timed_out, "restarted": False, "note": "",
+            "duration_s": time.monotonic() - started}
+
+
+class Worker:
+    """The persistent interpreter: one child process per sandbox, restarted when it dies."""
+
+    def __init__(self):
+        self.process = None
+        self.control = None
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def start(self):
+        read_fd, write_fd = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-u", "-c", WORKER, str(write_fd)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=WORKSPACE, start_new_session=True,
+            preexec_fn=lambda: _limit_child(LIMITS["cpu_s"] * WORKER_CPU_RUNS), pass_fds=(write_fd,),
+        )
+        os.close(write_fd)
+        self.control = read_fd
+
+    def stop(self):
+        """Kill the interpreter and everything it started; returns its exit status."""
+        if self.process is None:
+            return None
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        returncode = self.process.wait()
+        kill_leftovers()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+        os.close(self.control)
+        self.process = self.control = None
+        return returncode
+
+    def _stat(self, name):
+        with open(f"/proc/{self.process.pid}/{name}", "rb") as f:
+            return f.read()
+
+    def execute(self, request):
+        started = time.monotonic()
+        deadline = started + request["timeout_s"]
+        restarted = not self.alive()
+        if restarted:
+            self.stop()
+            self.start()
+        # RLIMIT_CPU counts a process's whole life: each cell gets its own budget on top of
+        # what the interpreter has used so far.
+        fields = self._stat("stat").rsplit(b")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) // os.sysconf("SC_CLK_TCK")
+        hard = LIMITS["cpu_s"] * WORKER_CPU_RUNS
+        budget = min(used + LIMITS["cpu_s"], hard)
+        resource.prlimit(self.process.pid, resource.RLIMIT_CPU, (budget, hard))
+        code = request["code"].encode()
+        capture = Capture({"stdout": self.process.stdout, "stderr": self.process.stderr})
+        capture.selector.register(self.control, selectors.EVENT_READ, "control")
+        try:
+            self.process.stdin.write(b"%d\n" % len(code) + code)
+            self.process.stdin.flush()
+        except OSError:
+            pass
+        status, line, timed_out, note = None, b"", False, ""
+        while status is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in capture.selector.select(min(left, 0.5)):
+                if key.data != "control":
+                    capture.read(key)
+                    continue
+                chunk = os.read(self.control, 64)
+                line += chunk
+                if not chunk:
+                    status = "died"
+                elif line.endswith(b"\n"):
+                    status = int(line)
+        capture.selector.unregister(self.control)
+        if status is not None:
+            capture.drain()
+        if status is None or status == "died":
+            returncode = self.stop()
+            returncode = -signal.SIGKILL if timed_out else returncode
+            note = "the interpreter was restarted: its state is lost"
+        else:
+            returncode = status
+            if int(self._stat("status").split(b"Threads:")[1].split()[0]) > 1:
+                self.stop()
+                note = "threads outlived the snippet: the interpreter was restarted, its state is lost"
+            else:
+                kill_leftovers(keep={self.process.pid})
+        return {**capture.result(), "returncode": returncode, "timed_out": timed_out,
+                "restarted": restarted, "note": note, "duration_s": time.monotonic() - started}
+
+
+def _workspace_path(relative):
+    path = os.path.realpath(os.path.join(WORKSPACE, relative))
+    if os.path.commonpath([path, WORKSPACE]) != WORKSPACE or path == WORKSPACE:
+        raise ValueError(f"{relative!r} is not a file path inside the workspace")
+    return path
+
+
+def write_file(request):
+    path = _workspace_path(request["path"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64decode(request["data"]))
+    return {"ok": True}
+
+
+def read_file(request):
+    path = _workspace_path(request["path"])
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(request["max_bytes"] + 1)
+    return {"data": base64.b64encode(data[: request["max_bytes"]]).decode(),
+            "truncated": len(data) > request["max_bytes"]}
+
+
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Not dumpable: code in the sandbox (same user) cannot open /proc/<agent>/fd to forge
+    # replies to the host, nor ptrace the agent.
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    global WORKER_PIDS
+    worker = Worker()
+    WORKER_PIDS = lambda: {worker.process.pid} if worker.alive() else set()  # noqa: E731
+    worker.start()  # ahead of the first snippet, so a warm sandbox has its interpreter ready
+    handlers = {"run": run, "python": worker.execute, "write": write_file, "read": read_file}
+    out = sys.stdout.buffer
+    out.write(b'{"ready": true}\n')
+    out.flush()
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            reply = handlers[request["op"]](request)
+        except ValueError as exc:
+            reply = {"error": "ValueError", "message": str(exc)}
+        except Exception as exc:  # the agent serves on whatever one request did
+            reply = {"error": type(exc).__name__, "message": str(exc)}
+        out.write(json.dumps(reply).encode() + b"\n")
+        out.flush()
+    worker.stop()
+    kill_leftovers()
+
+
+main()

@@ -1,0 +1,68 @@
+"""`BubblewrapProvider`: each sandbox in its own Linux namespaces, through bubblewrap (``bwrap``).
+
+Per sandbox: new user, PID, network, mount, IPC and UTS namespaces (``--unshare-all``); only
+``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links to it) visible, read-only; a private
+``/workspace`` and ``/tmp``, each a tmpfs of ``disk_bytes`` that exists only as long as the
+sandbox; a fresh ``/proc`` that shows the sandbox's own processes only; a cleared environment;
+no network interface but loopback. The sandbox's processes run as ``nobody`` inside and, when
+the server runs as root, as a user id of their own outside (`SandboxSlot`), so the kernel
+counts their processes per sandbox and they hold no privilege on the host. bwrap dies with the
+server (``--die-with-parent``), and the kernel kills every process of a PID namespace when
+its first process dies, so nothing outlives `Sandbox.close`: no process, no mount (the tmpfs
+mounts live in the sandbox's mount namespace) and no file.
+
+Interpreter: ``python`` (default ``/usr/bin/python3``) must live under ``/usr``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from envsdk.sandbox.base import SandboxProvider, SandboxSlot, SandboxStartError
+
+__all__ = ["BubblewrapProvider", "bwrap_path"]
+
+
+def bwrap_path() -> str | None:
+    """Where ``bwrap`` is, or None."""
+    return shutil.which("bwrap")
+
+
+class BubblewrapProvider(SandboxProvider):
+    """Namespaces through bubblewrap: no network, read-only /usr only, private tmpfs workspace
+    and /tmp, own PID namespace, a user id per sandbox (see the module docstring)."""
+
+    name = "bubblewrap"
+    isolation = "namespaces: user, pid, net, mount, ipc, uts; read-only /usr; private tmpfs workspace and /tmp"
+    isolates = (
+        "cpu", "memory", "processes", "file size", "open files", "disk (tmpfs size)", "network",
+        "files outside /usr and the workspace", "other processes", "environment", "leftover processes",
+    )
+
+    def prepare(self, slot: SandboxSlot) -> None:
+        if bwrap_path() is None:
+            raise SandboxStartError("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+        if not self.python.startswith("/usr/"):
+            raise SandboxStartError(f"the sandbox's python must live under /usr, got {self.python!r}")
+
+    def command(self, agent: list[str], slot: SandboxSlot) -> list[str]:
+        size = str(self.limits.disk_bytes)
+        return [
+            bwrap_path() or "bwrap",
+            "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--ro-bind", "/usr", "/usr",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", size, "--tmpfs", "/tmp",
+            "--size", size, "--tmpfs", "/workspace",
+            "--chdir", "/workspace",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/workspace",
+            "--", *agent,
+        ]
+
+    def popen_options(self, slot: SandboxSlot) -> dict[str, object]:
+        if slot.uid is None:
+            return {}
+        return {"user": slot.uid, "group": slot.uid, "extra_groups": []}

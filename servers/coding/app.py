@@ -1,0 +1,62 @@
+"""`create_coding_app`: the code-execution server as a FastAPI app, for embedding or serving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from envsdk.sandbox import SandboxLimits, SandboxPool, make_provider
+from envsdk.server import create_app
+from servers.coding.environment import MAX_STEPS, CodingEnvironment
+from servers.coding.models import CodeAction, CodeObservation, CodeState
+from servers.coding.tasks import humaneval
+
+__all__ = ["create_coding_app"]
+
+
+def create_coding_app(
+    *,
+    provider: str = "auto",
+    limits: SandboxLimits | None = None,
+    warm: int = 4,
+    max_steps: int = MAX_STEPS,
+    **server_options: Any,
+) -> FastAPI:
+    """An envsdk app serving HumanEval in sandboxes on ``/ws`` (OpenEnv's coding env wire),
+    MCP tools (``run_python``, ``run_tests``, ``submit``) and ``/web``.
+
+    `provider`: ``"bubblewrap"``, ``"process"`` (weaker, see `envsdk.sandbox.process`) or
+    ``"auto"`` (bubblewrap where installed). `warm` sandboxes are started ahead of need.
+    `server_options` are `envsdk.server.ServerConfig` fields; ``max_concurrent_envs`` is also
+    the most sandboxes that exist at once beyond the warm ones, since each session holds one.
+    ``/health`` gains ``sandbox``: the provider, what it isolates, its limits and the pool.
+    The app's shutdown closes the pool's sandboxes (sessions close their own).
+    """
+    humaneval()  # fail now, not at the first reset, when the task set is missing
+    pool = SandboxPool(make_provider(provider, limits), warm=warm)
+
+    def make_env() -> CodingEnvironment:
+        return CodingEnvironment(pool, max_steps=max_steps)
+
+    server_options.setdefault("env_name", "CodingEnvironment")
+    app = create_app(make_env, CodeAction, CodeObservation, state_type=CodeState, **server_options)
+    app.state.envsdk_sandbox_pool = pool
+    app.router.on_shutdown.append(pool.close)
+    _add_sandbox_health(app, pool)
+    return app
+
+
+def _add_sandbox_health(app: FastAPI, pool: SandboxPool) -> None:
+    """Answer ``/health`` with the server's own fields plus ``sandbox`` (routes match in
+    order, so this one, put first, answers)."""
+    base = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.path == "/health")
+
+    async def health() -> dict[str, Any]:
+        reply: dict[str, Any] = await base.endpoint()
+        reply["sandbox"] = {**pool.provider.describe(), "warm": pool.warm, "ready": pool.ready,
+                            "taken_warm": pool.taken_warm, "taken_cold": pool.taken_cold}
+        return reply
+
+    app.router.routes.insert(0, APIRoute("/health", health, methods=["GET"]))

@@ -1,0 +1,67 @@
+"""Serve HumanEval in sandboxes over OpenEnv's coding env protocol: ``python -m servers.coding --help``.
+
+Every flag has an environment variable of the same meaning (the flag wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from envsdk.server.config import access_options, add_access_arguments
+from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; defaults come from the environment variables named in each help."""
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m servers.coding",
+        description="Code-execution environment server: HumanEval in sandboxes (OpenEnv coding env wire on /ws).",
+    )
+    parser.add_argument(
+        "--sandbox", choices=("auto", "bubblewrap", "process"), default=env.get("SANDBOX_PROVIDER", "auto"),
+        help="env var SANDBOX_PROVIDER (default auto: bubblewrap where bwrap is installed, else process, "
+        "which is weaker: rlimits and process groups only).",
+    )
+    parser.add_argument(
+        "--warm", type=int, default=int(env.get("SANDBOX_WARM", "4")),
+        help="env var SANDBOX_WARM (default 4). Sandboxes started ahead of need.",
+    )
+    parser.add_argument(
+        "--max-concurrent-envs", type=positive_int, default=env.get("MAX_CONCURRENT_ENVS", "16"),
+        help="env var MAX_CONCURRENT_ENVS (default 16). Most sessions, hence sandboxes in use, at once.",
+    )
+    parser.add_argument("--host", default=env.get("HOST", "127.0.0.1"), help="env var HOST (default 127.0.0.1).")
+    parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
+    parser.add_argument("--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info).")
+    add_access_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, then serve until interrupted."""
+    args = build_parser().parse_args(argv)
+    from envsdk.server import serve
+    from servers.coding.app import create_coding_app
+
+    # uvicorn re-raises the SIGTERM it handled: as SystemExit the app's shutdown still runs,
+    # so the warm sandboxes are closed instead of orphaned.
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    app = create_coding_app(provider=args.sandbox, warm=args.warm, **options)
+    try:
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        app.state.envsdk_sandbox_pool.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
