@@ -24,6 +24,9 @@ Every field has one shape, and nothing is written twice:
                        numbers above), e.g. Sudoku's ``cells_filled`` and ``moves_tried``
 ``messages``           the conversation: what the model read and what it replied
 ``timings``            seconds: ``reset``, ``policy``, ``env``, ``total``
+``eval``               only in runs of ``envsdk rollout`` (`envsdk.evaluate`): ``example`` (the
+                       seed or dataset row), ``index`` (which of its ``--rollouts-per-example``),
+                       ``run`` (the run's id) and ``attempt`` (1, then 2… for each ``--resume``)
 ``steps``              only in the full form (``envsdk rollout --record full``): per step
                        ``turn``, ``action``, ``observation`` (the full structured one),
                        ``reward``, ``done``, ``info``, ``duration_s``; and ``reset_info``
@@ -118,6 +121,9 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         "messages": trajectory.messages,
         "timings": trajectory.timings,
     }
+    tag = trajectory.request.data_dict.get("eval")
+    if isinstance(tag, dict):
+        record["eval"] = tag
     if form == "full":
         record["steps"] = [
             {

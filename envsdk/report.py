@@ -10,7 +10,9 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
 * ``training.png`` — only for files from training (records with a ``global_step`` or ``step``
   number): mean total reward (with min–max band), success rate and mean components per step;
-* ``report.html`` — a summary table and the images above.
+* ``report.html`` — a summary table, the groups of rollouts per example with their pass@k
+  (`envsdk.evaluate`; a record without a group is a group of one), and the images above; the
+  command prints the pass@k table too.
 
 Given several files (``envsdk report before.jsonl after.jsonl``), it writes each file's report
 beside it (or into ``<out-dir>/<label>/``) and ``compare.png`` into the output folder (default:
@@ -35,6 +37,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from envsdk.evaluate import EvalError, EvalSummary, read_records, summarize_groups
 from envsdk.records import RecordError, check_record, quantile, read_jsonl
 
 __all__ = [
@@ -117,6 +120,7 @@ class Report:
 
     html: Path
     plots: dict[str, Path]
+    groups: EvalSummary | None = None
 
 
 # ---------------------------------------------------------------- plots
@@ -221,7 +225,32 @@ def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None
 # ---------------------------------------------------------------- page
 
 
-def _html(source: Path, episodes: list[Episode], names: list[str], plots: dict[str, Path]) -> str:
+def _groups_html(groups: EvalSummary) -> str:
+    """The pass@k section: overall numbers, then one row per example."""
+    ks = list(groups.pass_at)
+    head = "".join(f"<th>pass@{k}</th>" for k in ks)
+    overall = "".join(f"<td>{v:.3f}</td>" for v in groups.pass_at.values())
+    rows = "\n".join(
+        f"<tr><td>{html.escape(g.example)}</td><td>{g.n}</td><td>{g.correct}</td><td>{g.mean_reward:.3f}</td>"
+        f"<td>{g.reward_std:.3f}</td>" + "".join(f"<td>{g.pass_at[k]:.3f}</td>" if k in g.pass_at else "<td>-</td>" for k in ks)
+        + "</tr>"
+        for g in groups.groups
+    )
+    return f"""<h2>Groups and pass@k</h2>
+<p>{len(groups.groups)} examples · mean reward <b>{groups.mean_reward:.3f}</b> · zero reward variance in
+<b>{groups.zero_variance_share:.1%}</b> of groups · {groups.unstated} record(s) without a stated success</p>
+<table>
+<thead><tr><th>example</th><th>n</th><th>correct</th><th>mean reward</th><th>std</th>{head}</tr></thead>
+<tbody>
+<tr><td><b>all</b></td><td></td><td></td><td>{groups.mean_reward:.3f}</td><td></td>{overall}</tr>
+{rows}
+</tbody>
+</table>"""
+
+
+def _html(
+    source: Path, episodes: list[Episode], names: list[str], plots: dict[str, Path], groups: EvalSummary | None = None
+) -> str:
     successes = sum(e.success for e in episodes)
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(Counter(e.status for e in episodes).items()))
     rows = [("total_reward", [e.total_reward for e in episodes])]
@@ -268,6 +297,7 @@ figcaption {{ color: #667085; }}
 {table}
 </tbody>
 </table>
+{_groups_html(groups) if groups is not None else ""}
 {figures}
 </body>
 </html>
@@ -294,8 +324,12 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         plots["training"] = folder / "training.png"
         _plot_training(episodes, names, plots["training"])
     page = folder / "report.html"
-    page.write_text(_html(source, episodes, names, plots), encoding="utf-8")
-    return Report(html=page, plots=plots)
+    try:
+        groups = summarize_groups(record for _, record in read_records(source))
+    except EvalError as exc:
+        raise ReportError(str(exc)) from None
+    page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")
+    return Report(html=page, plots=plots, groups=groups)
 
 
 # ---------------------------------------------------------------- comparison
@@ -386,6 +420,8 @@ def report_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for report in reports:
+        if report.groups is not None:
+            print(f"{report.html.parent}:\n{report.groups.render()}\n")
         for path in report.plots.values():
             print(path)
         print(report.html)

@@ -29,6 +29,7 @@ from typing import Any
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
+from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import RecordForm, episode_components, quantile, read_jsonl
 from envsdk.schedulers import (
@@ -179,11 +180,8 @@ def load_dataset(path: str | Path) -> list[RolloutRequest]:
             raise DatasetError(f"{where}: 'messages' must be a list of chat messages")
         data = {k: v for k, v in row.items() if k not in ("messages", "uuid")}
         uuid = row.get("uuid")
-        rows.append(
-            RolloutRequest(messages=messages, data_dict=data, uuid=str(uuid))
-            if uuid is not None
-            else RolloutRequest(messages=messages, data_dict=data)
-        )
+        # A row without a uuid is named by its position, so a resumed run knows which rows it played.
+        rows.append(RolloutRequest(messages=messages, data_dict=data, uuid=str(uuid) if uuid is not None else f"row-{len(rows)}"))
     if not rows:
         raise DatasetError(f"{path}: no rows")
     return rows
@@ -300,13 +298,15 @@ async def run_batches(
     progress: bool = True,
     scheduler: str | MultiTurnScheduler | None = None,
     finished: list[Trajectory] | None = None,
+    append: bool = False,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
 
     A Sudoku batch without a base URL gets a server started here for the run. Trajectories are
     written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
-    interrupted still has them. A failing episode is recorded (status ``error``), never raised.
+    interrupted still has them (appended to `out` with `append`, else `out` is rewritten). A failing
+    episode is recorded (status ``error``), never raised.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -315,7 +315,7 @@ async def run_batches(
         raise ValueError("nothing to run: no episodes")
     done_list = finished if finished is not None else []
     with contextlib.ExitStack() as stack:
-        writer = stack.enter_context(TrajectoryWriter(out, record)) if out is not None else None
+        writer = stack.enter_context(TrajectoryWriter(out, record, append=append)) if out is not None else None
         bar = None
         if progress:
             from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
@@ -429,6 +429,7 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="lean (default): no per-step structured observations (the model's view is in messages); full: with them",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_eval_arguments(parser)
     parser.set_defaults(func=rollout_command)
     return parser
 
@@ -551,12 +552,18 @@ def rollout_command(args: argparse.Namespace) -> int:
     from envsdk.registry import PluginLoadError, load_plugins
 
     try:
+        args = resolve_run_options(args)
         if args.external_plugins:
             load_plugins(args.external_plugins)
         batches = _batches_from_args(args)
+        plan = plan_run(args, batches)
     except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    if plan.to_play == 0:
+        print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
+        print(finish_run(args.out))
+        return 0
     try:
         _preflight(args, batches)
     except PreflightError as exc:
@@ -569,6 +576,7 @@ def rollout_command(args: argparse.Namespace) -> int:
             run_batches(
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
                 record=args.record, progress=not args.no_progress, scheduler=args.scheduler, finished=finished,
+                append=plan.append,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:
@@ -583,6 +591,9 @@ def rollout_command(args: argparse.Namespace) -> int:
                 print(f"\ntheir trajectories are in {args.out}")
         return 130
     print(report.summary.render())
+    groups = finish_run(args.out)
+    if groups is not None:
+        print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
     if args.out:
         print(f"\ntrajectories written to {args.out}")
     failure = _no_episode_ran(report.trajectories)
@@ -601,7 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m envsdk.rollout …`` — the ``rollout`` command on its own."""
     parser = argparse.ArgumentParser(prog="envsdk")
     add_rollout_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["rollout", *(argv if argv is not None else sys.argv[1:])])
+    command_line = ["rollout", *(argv if argv is not None else sys.argv[1:])]
+    args = parser.parse_args(command_line)
+    args.command_line = command_line
     return int(args.func(args))
 
 

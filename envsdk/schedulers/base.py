@@ -288,18 +288,19 @@ class TrajectoryWriter:
     """Appends one JSON object per trajectory to a ``.jsonl`` file (``completions.jsonl``).
 
     Use as a context manager; each record is flushed as it is written so a crash keeps every
-    finished trajectory.
+    finished trajectory. The file is rewritten, or with `append` continued (a resumed run).
     """
 
-    def __init__(self, path: str | Path, form: RecordForm = "lean") -> None:
+    def __init__(self, path: str | Path, form: RecordForm = "lean", *, append: bool = False) -> None:
         self.path = Path(path)
         self.form: RecordForm = form
+        self.append = append
         self._file: IO[str] | None = None
         self.count = 0
 
     def __enter__(self) -> TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = self.path.open("a" if self.append else "w", encoding="utf-8")
         return self
 
     def write(self, trajectory: Trajectory) -> None:

@@ -1,0 +1,599 @@
+"""Evaluation runs: groups of rollouts per example, pass@k, resumable runs and offline re-scoring.
+
+* **Groups.** ``envsdk rollout --rollouts-per-example R`` plays every example (a seed, or a
+  dataset row) R times, as GRPO's ``num_generations`` does. Each record carries ``eval``:
+  ``{"example", "index", "run", "attempt"}`` — which example, which of its R rollouts, and which
+  run and attempt wrote it. `summarize_groups` gives per-example and overall pass@k for every
+  k ≤ R (the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over n rollouts with c successes),
+  the mean reward of each example and its spread, and the share of groups whose rewards do not
+  vary (a group GRPO learns nothing from).
+* **Resume.** ``--resume`` continues a run into its existing ``completions.jsonl``: a torn last
+  line (the process was killed while writing it) is cut off, every (example, index) with a
+  record is skipped, and one whose record says ``status: error`` (a server went away) is played
+  again — its old record is moved to ``<stem>.replaced.jsonl`` so the file holds each pair
+  exactly once. The options come from the run's ``<stem>.run.toml`` (`envsdk.runfile`); an
+  option that would change what the run plays is refused.
+* **Re-scoring.** ``envsdk rescore completions.jsonl --score file.py:func`` (or ``--weights
+  name=w,…`` over the recorded reward components) recomputes every record's reward and success
+  without playing again, writes the re-scored records, and prints the same pass@k summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from envsdk.env import RolloutRequest
+from envsdk.records import RecordError, check_record
+from envsdk.runfile import (
+    RUN_TABLE,
+    RunFileError,
+    options_from,
+    parse_with,
+    read_run_file,
+    run_file_path,
+    write_run_file,
+)
+
+__all__ = [
+    "EVAL_KEY",
+    "EvalError",
+    "pass_at_k",
+    "GroupStats",
+    "EvalSummary",
+    "summarize_groups",
+    "read_records",
+    "recover_torn_tail",
+    "RunPlan",
+    "add_eval_arguments",
+    "resolve_run_options",
+    "plan_run",
+    "finish_run",
+    "summary_path",
+    "rescore_records",
+    "add_rescore_parser",
+    "rescore_command",
+]
+
+#: The key of a record (and of a request's ``data_dict``) naming its example, rollout index, run and attempt.
+EVAL_KEY = "eval"
+# Options a resumed run may change: how it runs, not what it plays.
+_CHANGEABLE_ON_RESUME = frozenset({"concurrency", "no_progress", "base_url", "api_base", "external_plugins"})
+# Two rewards closer than this are the same reward (a group with only such rewards has no variance).
+_SAME_REWARD = 1e-9
+# The per-example rows printed in a summary; the report page lists them all.
+_PRINTED_EXAMPLES = 20
+
+
+class EvalError(ValueError):
+    """An evaluation run or file cannot be used as asked; the message says what to change."""
+
+
+# ---------------------------------------------------------------- pass@k and groups
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from `n` samples of which `c` are correct: the chance that
+    at least one of k samples drawn without replacement is correct, ``1 - C(n-c, k) / C(n, k)``.
+    Exact in integers until the last division."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One example's rollouts: how many, how many succeeded, their rewards' mean and spread
+    (population standard deviation), and pass@k for every k up to `n`."""
+
+    example: str
+    n: int
+    correct: int
+    mean_reward: float
+    reward_std: float
+    pass_at: dict[int, float]
+
+    @property
+    def zero_variance(self) -> bool:
+        return self.reward_std <= _SAME_REWARD
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """Groups of a run and their aggregates: overall pass@k for each k (the mean over the groups
+    with at least k rollouts), mean reward, and the share of groups with zero reward variance."""
+
+    groups: list[GroupStats]
+    pass_at: dict[int, float]
+    mean_reward: float
+    zero_variance_share: float
+    records: int
+    unstated: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form written beside the records (``<stem>.eval.json``); pass@k keys are strings."""
+        return {
+            "records": self.records,
+            "examples": len(self.groups),
+            "pass_at_k": {str(k): v for k, v in self.pass_at.items()},
+            "mean_reward": self.mean_reward,
+            "zero_variance_share": self.zero_variance_share,
+            "success_not_stated": self.unstated,
+            "groups": [
+                {
+                    "example": g.example, "n": g.n, "correct": g.correct, "mean_reward": g.mean_reward,
+                    "reward_std": g.reward_std, "pass_at_k": {str(k): v for k, v in g.pass_at.items()},
+                }
+                for g in self.groups
+            ],
+        }
+
+    def render(self, examples: int = _PRINTED_EXAMPLES) -> str:
+        """A plain-text table: the overall numbers, then up to `examples` per-example rows."""
+        sizes = sorted({g.n for g in self.groups})
+        size = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        flat = sum(g.zero_variance for g in self.groups)
+        lines = [
+            f"{'groups':<16}{len(self.groups)} examples x {size} rollouts ({self.records} records)",
+            f"{'pass@k':<16}" + "  ".join(f"pass@{k}={v:.3f}" for k, v in self.pass_at.items()),
+            f"{'mean reward':<16}{self.mean_reward:.3f}",
+            f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
+            "every rollout got the same reward)",
+        ]
+        if self.unstated:
+            lines.append(
+                f"{'':<16}{self.unstated} record(s) do not state success (null): pass@k counts them as not "
+                "correct; `envsdk rescore` can score them"
+            )
+        shown = self.groups[:examples]
+        if shown:
+            ks = list(self.pass_at)
+            lines += ["", f"{'example':<24}{'n':>4}{'c':>4}{'mean':>9}{'std':>9}" + "".join(f"{'pass@' + str(k):>9}" for k in ks)]
+            for g in shown:
+                cells = "".join(f"{g.pass_at[k]:>9.3f}" if k in g.pass_at else f"{'-':>9}" for k in ks)
+                lines.append(f"{g.example[:23]:<24}{g.n:>4}{g.correct:>4}{g.mean_reward:>9.3f}{g.reward_std:>9.3f}{cells}")
+            if len(self.groups) > len(shown):
+                lines.append(f"... and {len(self.groups) - len(shown)} more examples (envsdk report lists them all)")
+        return "\n".join(lines)
+
+
+def _ks(largest: int) -> list[int]:
+    """Every k up to 10; beyond, the powers of two and the largest."""
+    if largest <= 10:
+        return list(range(1, largest + 1))
+    return sorted({*(2**i for i in range(largest.bit_length()) if 2**i <= largest), largest})
+
+
+def example_of(record: Mapping[str, Any]) -> tuple[str, int]:
+    """(example, rollout index) of a record: its ``eval`` tag, or for a record without one (an
+    older file, or one written by another tool) its own uuid as a group of one."""
+    tag = record.get(EVAL_KEY)
+    if isinstance(tag, dict) and isinstance(tag.get("example"), str) and isinstance(tag.get("index"), int):
+        return tag["example"], tag["index"]
+    return str(record.get("uuid")), 0
+
+
+def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
+    """Group `records` by example (`example_of`) and compute pass@k, mean rewards and spreads.
+    A record counts as correct when its ``success`` is true (null, not stated, is not). Raises `EvalError` when there are none."""
+    grouped: dict[str, list[tuple[int, float, bool]]] = {}
+    count = 0
+    unstated = 0
+    for record in records:
+        unstated += record.get("success") is None
+        example, index = example_of(record)
+        grouped.setdefault(example, []).append((index, float(record["total_reward"]), bool(record.get("success"))))
+        count += 1
+    if not grouped:
+        raise EvalError("no records to summarize")
+    groups: list[GroupStats] = []
+    for example, members in grouped.items():
+        members.sort()
+        rewards = [r for _, r, _ in members]
+        n, correct = len(members), sum(s for _, _, s in members)
+        mean = sum(rewards) / n
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        groups.append(GroupStats(example, n, correct, mean, std, {k: pass_at_k(n, correct, k) for k in range(1, n + 1)}))
+    overall: dict[int, float] = {}
+    for k in _ks(max(g.n for g in groups)):
+        eligible = [g.pass_at[k] for g in groups if k in g.pass_at]
+        overall[k] = sum(eligible) / len(eligible)
+    return EvalSummary(
+        groups=groups,
+        pass_at=overall,
+        mean_reward=sum(g.mean_reward * g.n for g in groups) / count,
+        zero_variance_share=sum(g.zero_variance for g in groups) / len(groups),
+        records=count,
+        unstated=unstated,
+    )
+
+
+# ---------------------------------------------------------------- reading and repairing records
+
+
+def recover_torn_tail(path: Path) -> int:
+    """Cut a last line that was not finished (no newline: the writer died mid-line) off `path`;
+    return how many bytes were cut. A complete JSON object missing only its newline gets one."""
+    if not path.is_file():
+        return 0
+    with path.open("rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return 0
+        # Read back at most one record's worth from the end to find the last newline.
+        window = min(size, 1 << 20)
+        while True:
+            handle.seek(size - window)
+            chunk = handle.read(window)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0 or window == size:
+                break
+            window = min(size, window * 2)
+        start = size - window + cut + 1 if cut >= 0 else 0
+        handle.seek(start)
+        tail = handle.read()
+        try:
+            json.loads(tail)
+        except ValueError:
+            handle.truncate(start)
+            handle.flush()
+            os.fsync(handle.fileno())
+            return size - start
+        handle.seek(size)
+        handle.write(b"\n")
+        return 0
+
+
+def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """The records of a completions file with their raw lines; `EvalError` names a line that is
+    not a record (only a torn last line is repaired, by `recover_torn_tail`, never a middle one)."""
+    source = Path(path)
+    if not source.is_file():
+        raise EvalError(f"{source}: no such file")
+    found: list[tuple[str, dict[str, Any]]] = []
+    with source.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}:{number}"
+            try:
+                record = check_record(json.loads(line), where)
+            except json.JSONDecodeError as exc:
+                raise EvalError(f"{where}: not JSON ({exc.msg}); only a torn last line is repaired") from None
+            except RecordError as exc:
+                raise EvalError(str(exc)) from None
+            found.append((line if line.endswith("\n") else line + "\n", record))
+    return found
+
+
+def _replace_atomically(path: Path, lines: Sequence[str]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.writelines(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
+    """Keep one record per (example, index) that did not end in an error; move the others to
+    ``<stem>.replaced.jsonl``. Returns the pairs kept and how many records were moved."""
+    kept: list[str] = []
+    moved: list[str] = []
+    done: set[tuple[str, int]] = set()
+    for line, record in read_records(path):
+        key = example_of(record)
+        if not isinstance(record.get(EVAL_KEY), dict):
+            raise EvalError(
+                f"{path}: a record without an 'eval' tag (uuid {record.get('uuid')}); only a run written by "
+                "`envsdk rollout` of this version can be resumed"
+            )
+        if key in done or record.get("status") == "error":
+            moved.append(line)
+            continue
+        done.add(key)
+        kept.append(line)
+    if moved:
+        with path.with_name(f"{path.stem}.replaced.jsonl").open("a", encoding="utf-8") as aside:
+            aside.writelines(moved)
+            aside.flush()
+            os.fsync(aside.fileno())
+        _replace_atomically(path, kept)
+    return done, len(moved)
+
+
+# ---------------------------------------------------------------- the rollout command's hooks
+
+
+class _Batch(Protocol):
+    requests: list[RolloutRequest]
+
+
+@dataclass
+class RunPlan:
+    """What this invocation of a run plays: its id and attempt, and how much was already done."""
+
+    run_id: str
+    attempt: int
+    planned: int
+    already_done: int
+    replayed_errors: int = 0
+    to_play: int = 0
+    append: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--rollouts-per-example``, ``--resume``, ``--config`` and ``--tokens`` to the
+    ``rollout`` parser (and keep the parser for `resolve_run_options`)."""
+    parser.add_argument(
+        "--rollouts-per-example", type=int, default=1, metavar="R",
+        help="play every example (seed or dataset row) R times and report pass@k for k <= R (default 1)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue the run in --out: skip what has a record, replay what is missing or ended in an error",
+    )
+    parser.add_argument(
+        "--config", default=None, metavar="RUN.toml",
+        help="read options from a TOML file (command-line options win); every run writes its resolved "
+        "options to <out stem>.run.toml",
+    )
+    parser.add_argument(
+        "--tokens", action="store_true",
+        help="record each turn's token ids and logprobs where the policy gives them (transformers always; "
+        "an OpenAI-compatible server that returns them, as vLLM does)",
+    )
+    parser.set_defaults(rollout_parser=parser)
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    line = list(getattr(args, "command_line", None) or sys.argv[1:])
+    return line[1:] if line and line[0] == "rollout" else line
+
+
+def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
+    """The options of this run: the resumed run's ``.run.toml`` (with ``--resume``), then
+    ``--config``'s file, then the command line, each winning over the one before.
+
+    Raises `EvalError` when a resumed run would play something else (a different seed, policy,
+    group size…) than the run it continues."""
+    parser: argparse.ArgumentParser | None = getattr(args, "rollout_parser", None)
+    if parser is None or (not args.config and not args.resume):
+        return args
+    base: dict[str, Any] = {}
+    stored: dict[str, Any] | None = None
+    argv = _argv(args)
+    try:
+        if args.resume:
+            out = args.out
+            if args.config and out == parser.get_default("out"):
+                # --out given only in the config file: read it from there first.
+                out = options_from(read_run_file(args.config), parser, args.config).get("out", out)
+            run_file = run_file_path(out) if out else None
+            if run_file is not None and run_file.is_file():
+                stored = options_from(read_run_file(run_file), parser, str(run_file))
+                base.update(stored)
+        if args.config:
+            base.update(options_from(read_run_file(args.config), parser, args.config))
+    except RunFileError as exc:
+        raise EvalError(str(exc)) from None
+    resolved = parse_with(parser, argv, base)
+    resolved.command_line = getattr(args, "command_line", None)
+    if stored is not None:
+        changed = [
+            dest for dest, value in stored.items()
+            if dest not in _CHANGEABLE_ON_RESUME and getattr(resolved, dest, None) != value
+        ]
+        if changed:
+            what = ", ".join(f"--{d.replace('_', '-')} {getattr(resolved, d, None)!r} (the run has {stored[d]!r})" for d in changed)
+            raise EvalError(
+                f"--resume continues the run in {resolved.out}, which was started with other options: {what}; "
+                "drop those options, or write to a new --out"
+            )
+    return resolved
+
+
+def _example_id(request: RolloutRequest, from_dataset: bool) -> str:
+    if from_dataset:
+        return request.uuid
+    return f"seed-{request.env_config.get('seed')}"
+
+
+def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
+    """Expand each batch's requests into groups of ``--rollouts-per-example`` tagged rollouts and,
+    with ``--resume``, drop those that already have a record; write the run file. Mutates the
+    batches' ``requests``."""
+    rollouts = int(getattr(args, "rollouts_per_example", 1))
+    if rollouts < 1:
+        raise EvalError(f"--rollouts-per-example must be >= 1, got {rollouts}")
+    out = Path(args.out) if args.out else None
+    if out is None and args.resume:
+        raise EvalError("--resume continues the run in --out FILE; give --out")
+    done: set[tuple[str, int]] = set()
+    moved = 0
+    run_id, attempt = secrets.token_hex(8), 1
+    notes: list[str] = []
+    resuming = bool(args.resume and out is not None and out.is_file())
+    if resuming and out is not None:
+        cut = recover_torn_tail(out)
+        if cut:
+            notes.append(f"cut a torn last line ({cut} bytes) off {out}")
+        done, moved = _compact(out)
+        if moved:
+            notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
+                         f"{out.with_name(out.stem + '.replaced.jsonl')}; they are played again")
+        run_file = run_file_path(out)
+        previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
+        if isinstance(previous.get("id"), str):
+            run_id = previous["id"]
+        if isinstance(previous.get("attempt"), int):
+            attempt = previous["attempt"] + 1
+    planned = 0
+    to_play = 0
+    from_dataset = getattr(args, "dataset", None) is not None
+    for batch in batches:
+        expanded: list[RolloutRequest] = []
+        for request in batch.requests:
+            example = _example_id(request, from_dataset)
+            for index in range(rollouts):
+                planned += 1
+                if (example, index) in done:
+                    continue
+                data = copy.deepcopy(request.data_dict)
+                data[EVAL_KEY] = {"example": example, "index": index, "run": run_id, "attempt": attempt}
+                uuid = example if rollouts == 1 else f"{example}/{index}"
+                expanded.append(RolloutRequest(messages=copy.deepcopy(request.messages), data_dict=data, uuid=uuid))
+        batch.requests[:] = expanded
+        to_play += len(expanded)
+    if out is not None:
+        parser = getattr(args, "rollout_parser", None)
+        if parser is not None:
+            write_run_file(run_file_path(out), args, parser, {"id": run_id, "attempt": attempt})
+    return RunPlan(run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes)
+
+
+def summary_path(out: str | Path) -> Path:
+    """Where the pass@k summary of the records in `out` is written: ``<stem>.eval.json`` beside it."""
+    path = Path(out)
+    return path.with_name(f"{path.stem}.eval.json")
+
+
+def finish_run(out: str | Path | None) -> str | None:
+    """Summarize every record in `out` (all attempts of the run): write ``<stem>.eval.json``
+    and return the printed table; None without records."""
+    if not out or not Path(out).is_file():
+        return None
+    records = [record for _, record in read_records(out)]
+    if not records:
+        return None
+    summary = summarize_groups(records)
+    _replace_atomically(summary_path(out), [json.dumps(summary.to_dict(), indent=1) + "\n"])
+    return summary.render()
+
+
+# ---------------------------------------------------------------- re-scoring
+
+
+Score = Callable[[dict[str, Any]], Any]
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected name=number[,name=number...], got {part!r}") from None
+        if not sep or not name.strip():
+            raise argparse.ArgumentTypeError(f"expected name=number[,name=number...], got {part!r}")
+    return weights
+
+
+def weighted_score(weights: Mapping[str, float]) -> Score:
+    """A score: the weighted sum of a record's reward components (a component the record does not
+    have counts 0); success when the sum is positive."""
+
+    def score(record: dict[str, Any]) -> float:
+        parts = record.get("reward_components") or {}
+        total = 0.0
+        for name, weight in weights.items():
+            value = parts.get(name, {}).get("value") if isinstance(parts.get(name), dict) else None
+            total += weight * (float(value) if isinstance(value, (int, float)) else 0.0)
+        return total
+
+    return score
+
+
+def rescore_records(records: Sequence[dict[str, Any]], score: Score) -> list[dict[str, Any]]:
+    """Each record with ``total_reward`` and ``success`` from `score(record)`: a number (reward;
+    success when it is positive), a bool (success; reward 1 or 0) or a mapping with ``reward`` and
+    optionally ``success``. The previous values go into ``rescored_from``."""
+    rescored: list[dict[str, Any]] = []
+    for record in records:
+        result = score(copy.deepcopy(record))
+        if isinstance(result, bool):
+            reward, success = float(result), result
+        elif isinstance(result, (int, float)):
+            reward, success = float(result), result > 0
+        elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
+            reward = float(result["reward"])
+            success = bool(result.get("success", reward > 0))
+        else:
+            raise EvalError(
+                f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "
+                "or {'reward': number, 'success': bool}"
+            )
+        if not math.isfinite(reward):
+            raise EvalError(f"the score for record {record.get('uuid')} is not a finite number: {reward}")
+        new = dict(record)
+        new["rescored_from"] = {"total_reward": record["total_reward"], "success": record.get("success")}
+        new["total_reward"], new["success"] = reward, success
+        rescored.append(new)
+    return rescored
+
+
+def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``rescore`` command (``func``: `rescore_command`)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "rescore",
+        help="recompute rewards and pass@k of saved records with another score, without playing again",
+        description="Re-score a completions.jsonl file: each record's reward and success from --score "
+        "(a function of the record) or --weights (over its reward components); write the re-scored "
+        "records and print pass@k.",
+    )
+    parser.add_argument("completions", help="a completions.jsonl file (envsdk rollout --out)")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--score", metavar="MODULE:FUNC",
+        help="'module:func' or 'file.py:func': func(record) -> reward, bool, or {'reward', 'success'}",
+    )
+    how.add_argument(
+        "--weights", type=_parse_weights, metavar="NAME=W,...",
+        help="total reward = sum of weight x the record's reward component value, e.g. correct=1,progress=0.2",
+    )
+    parser.add_argument("--out", default=None, help="where to write the re-scored records (default: <stem>.rescored.jsonl)")
+    parser.set_defaults(func=rescore_command)
+    return parser
+
+
+def rescore_command(args: argparse.Namespace) -> int:
+    """Run ``envsdk rescore``: 0 when written, 2 (one line on stderr) on unusable input or score."""
+    from envsdk.registry import PluginLoadError, import_spec
+
+    source = Path(args.completions)
+    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.rescored.jsonl")
+    try:
+        if target.resolve() == source.resolve():
+            raise EvalError(f"--out {target} is the input file; write the re-scored records elsewhere")
+        score: Score = weighted_score(args.weights) if args.weights is not None else import_spec(args.score)
+        if not callable(score):
+            raise EvalError(f"--score {args.score} is not a function")
+        records = rescore_records([record for _, record in read_records(source)], score)
+        summary = summarize_groups(records)
+    except (EvalError, PluginLoadError, ImportError) as exc:
+        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        return 2
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _replace_atomically(target, [json.dumps(r, ensure_ascii=False) + "\n" for r in records])
+    print(summary.render())
+    print(f"\nre-scored records written to {target}")
+    return 0

@@ -1,0 +1,181 @@
+"""Run files: every ``envsdk rollout`` option from a TOML file, and the resolved run written back.
+
+``envsdk rollout --config run.toml`` reads options from ``run.toml`` (keys are the option names
+without their dashes, ``rollouts-per-example = 4`` or ``rollouts_per_example = 4``); options given
+on the command line win. After resolving, the command writes the whole configuration next to the
+records (``completions.jsonl`` → ``completions.run.toml``) with a ``[run]`` table naming the run
+and its attempt; ``envsdk rollout --config completions.run.toml`` repeats the run exactly, and
+``--resume`` reads it back to continue the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "options_from", "parse_with", "write_run_file"]
+
+#: The table of a written run file that names the run; it is not an option.
+RUN_TABLE = "run"
+# Options that describe how this invocation behaves, not what the run is.
+_NOT_RECORDED = frozenset({"help", "config", "resume"})
+
+
+class RunFileError(ValueError):
+    """A run file cannot be read or holds an option the command does not have or cannot take."""
+
+
+def run_file_path(out: str | Path) -> Path:
+    """Where the resolved configuration of a run writing `out` lives: ``<stem>.run.toml`` beside it."""
+    path = Path(out)
+    return path.with_name(f"{path.stem}.run.toml")
+
+
+def read_run_file(path: str | Path) -> dict[str, Any]:
+    """The TOML document at `path`; `RunFileError` naming the file when it is missing or not TOML."""
+    source = Path(path)
+    try:
+        with source.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise RunFileError(f"{source}: no such run file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RunFileError(f"{source}: not TOML ({exc})") from None
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's long options by destination name."""
+    found: dict[str, argparse.Action] = {}
+    for action in parser._actions:  # argparse has no public list of its actions
+        if action.dest in _NOT_RECORDED or action.dest == argparse.SUPPRESS:
+            continue
+        if any(s.startswith("--") for s in action.option_strings):
+            found[action.dest] = action
+    return found
+
+
+def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:
+    flag = next(s for s in action.option_strings if s.startswith("--"))
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            raise RunFileError(f"{where}: {key} must be true or false (it is the flag {flag})")
+        return value
+    many = action.nargs in ("+", "*")
+    items = value if isinstance(value, list) and many else [value]
+    if isinstance(value, list) and not many:
+        raise RunFileError(f"{where}: {key} takes one value ({flag}), not a list")
+    converted = []
+    for item in items:
+        if isinstance(item, str) and action.type is not None and callable(action.type):
+            try:
+                item = action.type(item)
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                raise RunFileError(f"{where}: {key} = {item!r}: {exc}") from None
+        elif action.type is int and (isinstance(item, bool) or not isinstance(item, int)):
+            raise RunFileError(f"{where}: {key} must be an integer, got {item!r}")
+        elif isinstance(item, dict):
+            item = dict(item)
+        elif action.type is None and not isinstance(item, str):
+            raise RunFileError(f"{where}: {key} must be a string, got {item!r}")
+        if action.choices is not None and item not in action.choices:
+            raise RunFileError(f"{where}: {key} = {item!r}; expected one of {', '.join(map(str, action.choices))}")
+        converted.append(item)
+    return converted if many else converted[0]
+
+
+def options_from(document: Mapping[str, Any], parser: argparse.ArgumentParser, where: str) -> dict[str, Any]:
+    """The parser destinations set by a run file's top-level keys (its ``[run]`` table skipped),
+    each checked and converted as the command line would. `RunFileError` names an unknown key
+    (with the closest option) or a value of the wrong type."""
+    actions = _options(parser)
+    values: dict[str, Any] = {}
+    for key, value in document.items():
+        if key == RUN_TABLE:
+            continue
+        dest = key.replace("-", "_")
+        action = actions.get(dest)
+        if action is None:
+            known = sorted(d.replace("_", "-") for d in actions)
+            close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise RunFileError(f"{where}: unknown option {key!r}.{hint} Options: {', '.join(known)}")
+        values[dest] = _convert(action, key, value, where)
+    return values
+
+
+def parse_with(parser: argparse.ArgumentParser, argv: Sequence[str], base: Mapping[str, Any]) -> argparse.Namespace:
+    """Parse `argv` with `base` in place of the parser's defaults: an option on the command line
+    wins, an option only in `base` keeps its value, the rest take their defaults."""
+    # argparse fills in a default only for a destination the namespace does not have yet.
+    return parser.parse_args(list(argv), namespace=argparse.Namespace(**base))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        # A JSON string is a TOML basic string: the same escapes.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise RunFileError(f"cannot write {value!r} ({type(value).__name__}) to a run file")
+
+
+def _has_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_has_none(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_none(v) for v in value)
+    return False
+
+
+def write_run_file(
+    path: str | Path, args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]
+) -> Path:
+    """Write every option of `parser` as resolved in `args` (unset ones left out: TOML has no
+    null) and the `run` table to `path`, atomically (a reader sees the old file or the new one)."""
+    target = Path(path)
+    lines = ["# The resolved `envsdk rollout` options of this run; `envsdk rollout --config FILE` repeats it.", ""]
+    for dest in _options(parser):
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if isinstance(value, dict) and _has_none(value):
+            # TOML has no null: such a table goes in as the JSON text the option also accepts.
+            value = json.dumps(value)
+        lines.append(f"{dest.replace('_', '-')} = {_toml_value(value)}")
+    lines += ["", f"[{RUN_TABLE}]"]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,91 @@
+"""Groups and pass@k through the real ``envsdk rollout`` and ``envsdk report`` against a real server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from envsdk.evaluate import pass_at_k, summarize_groups
+from tests.cli.conftest import ServeFn, envsdk, user_env
+from tests.eval.conftest import by_pair, records
+
+pytestmark = pytest.mark.timeout(240)
+
+# Three hand-made groups of 5 rollouts: some right, none right, all right.
+SCRIPT = {0: [1, 0, 0, 1, 0], 1: [0, 0, 0, 0, 0], 2: [1, 1, 1, 1, 1]}
+
+
+def direct_pass_at_k(outcomes: list[int], k: int) -> float:
+    """The share of all k-subsets of the rollouts that hold at least one success: the quantity
+    the estimator estimates, counted out without the formula."""
+    subsets = list(itertools.combinations(outcomes, k))
+    return sum(any(s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_is_the_share_of_k_subsets_with_a_success() -> None:
+    for outcomes in ([1, 0, 0, 1, 0], [0] * 4, [1] * 3, [0, 0, 0, 0, 0, 0, 1]):
+        for k in range(1, len(outcomes) + 1):
+            assert pass_at_k(len(outcomes), sum(outcomes), k) == pytest.approx(direct_pass_at_k(outcomes, k))
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_rollouts_per_example_give_pass_at_k_of_hand_made_groups(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    env = {**user_env(), "GRADED_SCRIPT": json.dumps(SCRIPT)}
+    run = envsdk(
+        "rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Scripted", "--episodes", "3",
+        "--rollouts-per-example", "5", "--concurrency", "1", "--no-progress", cwd=workdir, env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    pairs = by_pair(workdir / "completions.jsonl")
+    assert sorted(pairs) == [(f"seed-{n}", i) for n in range(3) for i in range(5)]
+    # Each group replays its example: the same seed for all 5, and the scripted outcomes.
+    for (example, index), record in pairs.items():
+        assert record["seed"] == int(example.split("-")[1]) and record["uuid"] == f"{example}/{index}"
+    outcomes = {f"seed-{n}": [int(pairs[(f"seed-{n}", i)]["success"]) for i in range(5)] for n in SCRIPT}
+    assert outcomes == {f"seed-{n}": v for n, v in SCRIPT.items()}
+
+    summary = json.loads((workdir / "completions.eval.json").read_text())
+    for group in summary["groups"]:
+        mine = outcomes[group["example"]]
+        assert group["n"] == 5 and group["correct"] == sum(mine)
+        assert group["mean_reward"] == pytest.approx(sum(mine) / 5)
+        assert group["reward_std"] == pytest.approx((sum((x - sum(mine) / 5) ** 2 for x in mine) / 5) ** 0.5)
+        for k in range(1, 6):
+            assert group["pass_at_k"][str(k)] == pytest.approx(direct_pass_at_k(mine, k))
+    for k in range(1, 6):
+        overall = sum(direct_pass_at_k(v, k) for v in outcomes.values()) / 3
+        assert summary["pass_at_k"][str(k)] == pytest.approx(overall)
+        assert f"pass@{k}={overall:.3f}" in run.stdout
+    assert summary["zero_variance_share"] == pytest.approx(2 / 3)  # all wrong, all right
+    assert "66.7% of groups" in run.stdout
+
+    report = envsdk("report", "completions.jsonl", cwd=workdir)
+    assert report.returncode == 0, report.stderr
+    assert f"pass@2={sum(direct_pass_at_k(v, 2) for v in outcomes.values()) / 3:.3f}" in report.stdout
+    page = (workdir / "completions_report" / "report.html").read_text()
+    assert "Groups and pass@k" in page and "<td>seed-0</td><td>5</td><td>2</td>" in page
+
+
+def test_groups_of_records_without_a_tag_are_groups_of_one(tmp_path: Path) -> None:
+    plain = [{"uuid": "a", "total_reward": 1.0, "success": True}, {"uuid": "b", "total_reward": 0.0, "success": None}]
+    summary = summarize_groups(plain)
+    assert [g.n for g in summary.groups] == [1, 1] and summary.pass_at == {1: 0.5}
+    assert summary.unstated == 1 and "do not state success" in summary.render()
+
+
+@pytest.mark.parametrize("env_name", ["sudoku", "frozen_lake"])
+def test_groups_work_on_the_built_in_envs(tmp_path: Path, env_name: str) -> None:
+    run = envsdk(
+        "rollout", "--env", env_name, "--policy", "random", "--episodes", "2", "--rollouts-per-example", "3",
+        "--max-turns", "4", "--no-progress", cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    pairs = by_pair(tmp_path / "completions.jsonl")
+    assert sorted(pairs) == [(f"seed-{n}", i) for n in range(2) for i in range(3)]
+    assert len(records(tmp_path / "completions.jsonl")) == 6
+    assert "2 examples x 3 rollouts" in run.stdout

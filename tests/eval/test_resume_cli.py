@@ -1,0 +1,134 @@
+"""``envsdk rollout --resume``: a run killed at random moments, resumed each time, ends with
+exactly the records of an uninterrupted run, each (example, index) once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from envsdk.evaluate import recover_torn_tail
+from envsdk.testing import stop_process
+from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, user_env
+from tests.eval.conftest import by_pair, comparable, records
+
+pytestmark = pytest.mark.timeout(300)
+
+EXAMPLES, ROLLOUTS = 4, 3
+PAIRS = sorted((f"seed-{n}", i) for n in range(EXAMPLES) for i in range(ROLLOUTS))
+
+
+def _rollout_args(url: str, out: str) -> list[str]:
+    return [
+        "rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity", "--episodes", str(EXAMPLES),
+        "--rollouts-per-example", str(ROLLOUTS), "--concurrency", "2", "--no-progress", "--out", out,
+    ]
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.is_file() else 0
+
+
+def _kill_when(proc: subprocess.Popen[str], out: Path, after_lines: int, extra_s: float, how: int) -> None:
+    """Send `how` once `out` holds `after_lines` records (plus `extra_s`), or when it exits first."""
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and _lines(out) < after_lines and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(extra_s)
+    if proc.poll() is None:
+        proc.send_signal(how)
+    proc.wait(timeout=60)
+
+
+def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    straight = envsdk(*_rollout_args(url, "straight.jsonl"), cwd=workdir)
+    assert straight.returncode == 0, straight.stderr
+    expected = {pair: comparable(r) for pair, r in by_pair(workdir / "straight.jsonl").items()}
+    assert sorted(expected) == PAIRS
+
+    rng = random.Random(27)
+    out = workdir / "killed.jsonl"
+    attempts = 0
+    for trial in range(10):
+        # Kill (SIGKILL, or Ctrl-C for every third) after a random number of records, a random
+        # moment later: before the first record, between records, or while one is being written.
+        how = signal.SIGINT if trial % 3 == 2 else signal.SIGKILL
+        args = _rollout_args(url, out.name) + (["--resume"] if trial else [])
+        proc = subprocess.Popen([str(ENVSDK), *args], cwd=workdir, env=user_env(), text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _kill_when(proc, out, rng.randrange(len(PAIRS)), rng.uniform(0, 0.15), how)
+        finally:
+            stop_process(proc)
+        attempts += 1
+        if out.is_file():
+            by_pair(out)  # never a pair twice, even mid-run
+    final = envsdk(*_rollout_args(url, out.name), "--resume", cwd=workdir)
+    assert final.returncode == 0, final.stderr
+    got = by_pair(out)
+    assert sorted(got) == PAIRS
+    assert {pair: comparable(r) for pair, r in got.items()} == expected
+    # Each record names its run (one for all attempts) and the attempt that wrote it.
+    assert len({r["eval"]["run"] for r in got.values()}) == 1
+    assert all(1 <= r["eval"]["attempt"] <= attempts + 1 for r in got.values())
+    assert len({r["eval"]["attempt"] for r in got.values()}) >= 2  # the kills did land mid-run
+    again = envsdk(*_rollout_args(url, out.name), "--resume", cwd=workdir)
+    assert again.returncode == 0 and "nothing left to play" in again.stdout
+    assert by_pair(out) == got
+
+
+def test_a_torn_last_line_is_cut_and_its_episode_played_again(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "c.jsonl"), cwd=workdir).returncode == 0
+    out = workdir / "c.jsonl"
+    whole = out.read_bytes()
+    last_start = whole.rstrip(b"\n").rfind(b"\n") + 1
+    lost = json.loads(whole[last_start:])
+    out.write_bytes(whole[: last_start + 40])  # the writer died 40 bytes into the last record
+    resumed = envsdk(*_rollout_args(url, "c.jsonl"), "--resume", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    got = by_pair(out)
+    assert sorted(got) == PAIRS
+    pair = (lost["eval"]["example"], lost["eval"]["index"])
+    assert got[pair]["eval"]["attempt"] == 2 and comparable(got[pair]) == comparable(lost)
+
+
+def test_records_of_a_server_that_went_away_are_played_again_on_resume(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    down = "http://127.0.0.1:9"  # nothing listens: every episode ends in an error
+    failed = envsdk(*_rollout_args(down, "r.jsonl"), cwd=workdir)
+    assert failed.returncode == 1
+    errors = records(workdir / "r.jsonl") if (workdir / "r.jsonl").is_file() else []
+    resumed = envsdk(*_rollout_args(url, "r.jsonl"), "--resume", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    got = by_pair(workdir / "r.jsonl")
+    assert sorted(got) == PAIRS and all(r["status"] == "done" for r in got.values())
+    if errors:  # kept aside, not lost
+        assert len(records(workdir / "r.replaced.jsonl")) == len(errors)
+
+
+def test_resume_refuses_options_that_change_what_the_run_plays(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "s.jsonl"), cwd=workdir).returncode == 0
+    refused = envsdk(*_rollout_args(url, "s.jsonl"), "--resume", "--seed", "5", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "--seed 5", "--resume")
+    # The options stored with the run are enough to resume it.
+    assert envsdk("rollout", "--resume", "--out", "s.jsonl", "--no-progress", cwd=workdir).returncode == 0
+
+
+def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}')
+    assert recover_torn_tail(path) == 0 and path.read_bytes() == b'{"a": 1}\n{"b": 2}\n'
+    path.write_bytes(b'{"a": 1}\n{"b": ')
+    assert recover_torn_tail(path) == len(b'{"b": ') and path.read_bytes() == b'{"a": 1}\n'
+    path.write_bytes(b'{"b": ')
+    assert recover_torn_tail(path) == 6 and path.read_bytes() == b""
