@@ -159,6 +159,8 @@ schedulers: Registry[Any] = Registry(
         "gym": "envsdk.schedulers.gym:GYMScheduler",
         "openenv": "envsdk.schedulers.openenv:OpenEnvScheduler",
         "sudoku": "envsdk.schedulers.sudoku:SudokuScheduler",
+        "tools": "envsdk.schedulers.tools:ToolScheduler",
+        "coding": "envsdk.schedulers.coding:CodingScheduler",
     },
     entry_points="envsdk.schedulers",
 )

@@ -61,6 +61,9 @@ __all__ = [
 ]
 
 SUDOKU = "sudoku"
+CODING = "coding"
+#: Envs whose server `run_batches` starts here when no base URL is given.
+EMBEDDED = (SUDOKU, CODING)
 # One server's base URL, or several (a pool; a string may also name a pool or a replicas file).
 BaseUrls = str | list[str]
 
@@ -192,9 +195,9 @@ def check_env_name(env: str, base_url: BaseUrls | None) -> None:
     here nor reached: not Sudoku, no base URL, and not a registered local env."""
     from envsdk.registry import envs
 
-    if env == SUDOKU or base_url is not None or env in envs:
+    if env in EMBEDDED or base_url is not None or env in envs:
         return
-    known = sorted({SUDOKU, *envs})
+    known = sorted({*EMBEDDED, *envs})
     close = difflib.get_close_matches(env, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise EnvNotFoundError(
@@ -241,6 +244,12 @@ def make_scheduler(
         return SudokuScheduler(
             max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
         )
+    if env == CODING:
+        from envsdk.schedulers.coding import CodingScheduler
+
+        return CodingScheduler(
+            base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
+        )
     if base_url is not None:
         return OpenEnvScheduler(
             base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
@@ -267,14 +276,22 @@ def make_requests(
 
 @contextlib.contextmanager
 def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> Iterator[BaseUrls | None]:
-    """The base URL to use: the given one, a Sudoku server started here, or None (local env)."""
-    if base_url is not None or env != SUDOKU:
+    """The base URL to use: the given one, a Sudoku or coding server started here, or None
+    (local env)."""
+    if base_url is not None or env not in EMBEDDED:
         yield base_url
         return
     from envsdk.testing import running_server
-    from servers.sudoku.app import create_sudoku_app
 
-    with running_server(create_sudoku_app(max_concurrent_envs=max(concurrency, 1))) as url:
+    if env == CODING:
+        from servers.coding.app import create_coding_app
+
+        app = create_coding_app(max_concurrent_envs=max(concurrency, 1), warm=max(concurrency, 1))
+    else:
+        from servers.sudoku.app import create_sudoku_app
+
+        app = create_sudoku_app(max_concurrent_envs=max(concurrency, 1))
+    with running_server(app) as url:
         yield url
 
 

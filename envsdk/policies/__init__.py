@@ -104,6 +104,10 @@ def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
         env = canonical_env_name(env_name)
         if env == "sudoku":
             return SudokuOraclePolicy(**kwargs)
+        if env == "coding":
+            from envsdk.policies.coding import CodingOraclePolicy
+
+            return CodingOraclePolicy(**kwargs)
         return FrozenLakeOraclePolicy(**kwargs)
     if name == "random":
         return RandomPolicy(env_name, **kwargs)

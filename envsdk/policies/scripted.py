@@ -39,7 +39,7 @@ __all__ = [
     "GENERIC_REPLIES",
 ]
 
-SUPPORTED_ENVS = ("sudoku", "frozen_lake")
+SUPPORTED_ENVS = ("sudoku", "frozen_lake", "coding")
 
 #: What `RandomPolicy` replies for an environment it does not know: common action formats, so
 #: that many text environments see some valid moves and episodes end.
@@ -68,6 +68,8 @@ def canonical_env_name(env_name: str) -> str:
         return "sudoku"
     if key.startswith("frozenlake"):
         return "frozen_lake"
+    if key.startswith(("coding", "humaneval")):
+        return "coding"
     raise ValueError(
         f"no scripted policy knows the environment {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}"
     )

@@ -205,7 +205,11 @@ def run(request):
             cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
         )
     except OSError as exc:
-        return {"error": "spawn", "message": f"cannot start {request['argv'][:1]}: {exc}"}
+        # As a shell answers a command it cannot run: status 127 and the reason on stderr.
+        message = f"cannot run {request['argv'][:1]}: {exc}\n".encode()
+        return {"stdout": "", "stderr": base64.b64encode(message).decode(), "stdout_bytes": 0,
+                "stderr_bytes": len(message), "returncode": 127, "timed_out": False, "restarted": False,
+                "note": "", "duration_s": time.monotonic() - started}
     capture = Capture({"stdout": child.stdout, "stderr": child.stderr})
     try:
         child.stdin.write(data)

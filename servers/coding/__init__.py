@@ -7,7 +7,7 @@
 from servers.coding.app import create_coding_app
 from servers.coding.environment import CodingEnvironment, CodingOptionError
 from servers.coding.models import CodeAction, CodeObservation, CodeState
-from servers.coding.tasks import Problem, TaskSetError, humaneval
+from envsdk.games.humaneval import Problem, TaskSetError, humaneval
 
 __all__ = [
     "create_coding_app",

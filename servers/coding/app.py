@@ -11,7 +11,7 @@ from envsdk.sandbox import SandboxLimits, SandboxPool, make_provider
 from envsdk.server import create_app
 from servers.coding.environment import MAX_STEPS, CodingEnvironment
 from servers.coding.models import CodeAction, CodeObservation, CodeState
-from servers.coding.tasks import humaneval
+from envsdk.games.humaneval import humaneval
 
 __all__ = ["create_coding_app"]
 

@@ -29,7 +29,7 @@ from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
 from envsdk.tools import tool
 from envsdk.web import WebView
 from servers.coding.models import CodeAction, CodeObservation, CodeState
-from servers.coding.tasks import Problem, TaskSetError, check_program, humaneval
+from envsdk.games.humaneval import Problem, TaskSetError, check_program, humaneval
 
 __all__ = ["CodingEnvironment", "CodingOptionError", "MAX_STEPS"]
 

