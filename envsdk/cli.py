@@ -174,11 +174,18 @@ def _add_report(subparsers: Any) -> None:
     add_report_parser(subparsers)
 
 
+def _add_rescore(subparsers: Any) -> None:
+    from envsdk.evaluate import add_rescore_parser
+
+    add_rescore_parser(subparsers)
+
+
 COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
     ("serve", _add_serve),
     ("check-env", _add_check_env),
     ("rollout", _add_rollout),
     ("report", _add_report),
+    ("rescore", _add_rescore),
 ]
 
 

@@ -1,0 +1,77 @@
+"""``envsdk rescore``: new rewards and pass@k from saved records, without playing again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envsdk.evaluate import pass_at_k
+from tests.cli.conftest import ServeFn, assert_one_line_error, envsdk
+from tests.eval.conftest import by_pair, records
+
+pytestmark = pytest.mark.timeout(240)
+
+# A changed rubric: an answer is right when it is "wrong" (the opposite of the env's verdict),
+# and the number of turns no longer matters.
+INVERTED = """\
+def inverted(record):
+    replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+    return {"reward": 2.0 if replies[-1] == "wrong" else 0.0, "success": replies[-1] == "wrong"}
+"""
+
+
+def test_rescore_recomputes_rewards_and_pass_at_k_from_saved_records(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    played = envsdk(
+        "rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity", "--episodes", "4",
+        "--rollouts-per-example", "2", "--no-progress", cwd=workdir,
+    )
+    assert played.returncode == 0, played.stderr
+    (workdir / "inverted.py").write_text(INVERTED, encoding="utf-8")
+    before = (workdir / "completions.jsonl").read_bytes()
+    result = envsdk("rescore", "completions.jsonl", "--score", "inverted.py:inverted", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert (workdir / "completions.jsonl").read_bytes() == before  # the saved records are left as they were
+    old, new = by_pair(workdir / "completions.jsonl"), by_pair(workdir / "completions.rescored.jsonl")
+    assert sorted(old) == sorted(new)
+    for pair, record in new.items():
+        odd = int(pair[0].split("-")[1]) % 2 == 1  # Parity answers "wrong" to odd questions
+        assert record["success"] is odd and record["total_reward"] == (2.0 if odd else 0.0)
+        assert record["rescored_from"] == {"total_reward": old[pair]["total_reward"], "success": old[pair]["success"]}
+        assert record["messages"] == old[pair]["messages"]
+    # Two of four examples now pass in both rollouts: pass@1 = pass@2 = 0.5.
+    assert f"pass@1={pass_at_k(2, 2, 1) / 2:.3f}" in result.stdout and "pass@2=0.500" in result.stdout
+
+
+def test_rescore_by_weights_over_the_recorded_components(tmp_path: Path) -> None:
+    played = envsdk(
+        "rollout", "--env", "sudoku", "--policy", "random", "--episodes", "2", "--rollouts-per-example", "2",
+        "--max-turns", "3", "--no-progress", cwd=tmp_path,
+    )
+    assert played.returncode == 0, played.stderr
+    result = envsdk("rescore", "completions.jsonl", "--weights", "valid_move=2,correct=10", "--out", "w.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for old, new in zip(records(tmp_path / "completions.jsonl"), records(tmp_path / "w.jsonl")):
+        parts = old["reward_components"]
+        expected = 2 * parts["valid_move"]["value"] + 10 * parts["correct"]["value"]
+        assert new["total_reward"] == pytest.approx(expected) and new["success"] is (expected > 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--score", "nowhere.py:f"], ["nowhere.py"]),
+        (["--score", "bad_score.py:returns_text"], ["returned 'yes'", "expected a number"]),
+        (["--weights", "correct"], ["name=number"]),
+    ],
+)
+def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    (tmp_path / "bad_score.py").write_text("def returns_text(record):\n    return 'yes'\n", encoding="utf-8")
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True, "reward_components": {}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", *args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "c.rescored.jsonl").exists()

@@ -1,0 +1,79 @@
+"""Run files: ``envsdk rollout --config run.toml`` and the resolved ``<stem>.run.toml`` beside the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envsdk.runfile import read_run_file
+from tests.cli.conftest import ServeFn, assert_one_line_error, envsdk
+from tests.eval.conftest import by_pair, comparable
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_a_run_file_and_its_command_line_give_identical_records(workdir: Path, serve: ServeFn) -> None:
+    url = serve("graded:app", cwd=workdir)
+    (workdir / "run.toml").write_text(
+        f"""\
+env = "graded"
+base-url = ["{url}"]
+policy = "policies.py:Parity"
+episodes = 3
+seed = 4
+rollouts_per_example = 2
+max-turns = 5
+concurrency = 2
+env-config = {{ level = "easy", tags = ["a", "b"] }}
+out = "from_file.jsonl"
+no-progress = true
+""",
+        encoding="utf-8",
+    )
+    from_file = envsdk("rollout", "--config", "run.toml", cwd=workdir)
+    assert from_file.returncode == 0, from_file.stderr
+    by_hand = envsdk(
+        "rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity", "--episodes", "3",
+        "--seed", "4", "--rollouts-per-example", "2", "--max-turns", "5", "--concurrency", "2",
+        "--env-config", json.dumps({"level": "easy", "tags": ["a", "b"]}), "--out", "by_hand.jsonl", "--no-progress",
+        cwd=workdir,
+    )
+    assert by_hand.returncode == 0, by_hand.stderr
+    a, b = by_pair(workdir / "from_file.jsonl"), by_pair(workdir / "by_hand.jsonl")
+    assert sorted(a) == [(f"seed-{n}", i) for n in (4, 5, 6) for i in (0, 1)]
+    assert {k: comparable(v) for k, v in a.items()} == {k: comparable(v) for k, v in b.items()}
+    assert a[("seed-4", 0)]["env_config"]["level"] == "easy"
+
+    # The resolved options are written next to the records, and repeat the run exactly.
+    written = read_run_file(workdir / "from_file.run.toml")
+    assert written["seed"] == 4 and written["rollouts-per-example"] == 2 and written["env-config"]["tags"] == ["a", "b"]
+    assert isinstance(written["run"]["id"], str) and written["run"]["attempt"] == 1
+    again = envsdk("rollout", "--config", "from_file.run.toml", "--out", "again.jsonl", cwd=workdir)
+    assert again.returncode == 0, again.stderr
+    assert {k: comparable(v) for k, v in by_pair(workdir / "again.jsonl").items()} == {
+        k: comparable(v) for k, v in a.items()
+    }
+    # The command line wins over the file.
+    fewer = envsdk("rollout", "--config", "run.toml", "--episodes", "1", "--out", "fewer.jsonl", cwd=workdir)
+    assert fewer.returncode == 0, fewer.stderr
+    assert sorted(by_pair(workdir / "fewer.jsonl")) == [("seed-4", 0), ("seed-4", 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ('env = "frozen_lake"\nepisodez = 3\n', ["unknown option 'episodez'", "Did you mean 'episodes'"]),
+        ('env = "frozen_lake"\nepisodes = "three"\n', ["episodes", "three"]),
+        ('env = "frozen_lake"\nrecord = "huge"\n', ["record", "lean, full"]),
+        ('env = "frozen_lake"\nno-progress = 1\n', ["no-progress", "true or false"]),
+        ("env = \n", ["not TOML"]),
+    ],
+)
+def test_a_bad_run_file_is_one_clear_line_and_exit_2(tmp_path: Path, text: str, needles: list[str]) -> None:
+    (tmp_path / "bad.toml").write_text(text, encoding="utf-8")
+    result = envsdk("rollout", "--config", "bad.toml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "bad.toml", *needles)
+    assert not (tmp_path / "completions.jsonl").exists()
