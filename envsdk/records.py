@@ -11,9 +11,14 @@ Every field has one shape, and nothing is written twice:
 ``status``             ``done`` | ``max_turns`` | ``length`` | ``error`` | ``cancelled``
 ``reason``             why it ended, in words, or null
 ``error_kind``         the exception class name when ``status`` is ``error``, else null
-``success``            the scheduler's verdict (Sudoku: solved)
+``success``            true/false where the environment states it (a boolean ``success`` in
+                       its step info) or the scheduler does (Sudoku: solved); null where
+                       nobody does: a positive reward is not taken for success
 ``turns``              policy replies
-``total_reward``       the episode's reward (what a trainer gets)
+``total_reward``       the episode's reward (what a trainer gets): the sum of
+                       ``step_rewards`` unless the scheduler shapes it, and then
+                       ``infos["total_reward_is"]`` says how (Sudoku: the five-part shaped
+                       total, 4.0 for a perfect game, while its ``step_rewards`` sum to 1.0)
 ``step_rewards``       the environment's reward at each step, one number per step
 ``reward_components``  name → ``{"value": episode value, "steps": [one value per step]}``;
                        a step value is null where the part was not evaluated, ``steps`` is
@@ -27,6 +32,9 @@ Every field has one shape, and nothing is written twice:
 ``eval``               only in runs of ``envsdk rollout`` (`envsdk.evaluate`): ``example`` (the
                        seed or dataset row), ``index`` (which of its ``--rollouts-per-example``),
                        ``run`` (the run's id) and ``attempt`` (1, then 2… for each ``--resume``)
+``tokens``             only with ``envsdk rollout --tokens`` and a policy that gives them: per
+                       assistant turn its prompt (or the environment's added) token ids, its
+                       completion ids and logprobs (`envsdk.tokens`)
 ``steps``              only in the full form (``envsdk rollout --record full``): per step
                        ``turn``, ``action``, ``observation`` (the full structured one),
                        ``reward``, ``done``, ``info``, ``duration_s``; and ``reset_info``
@@ -41,23 +49,120 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from envsdk.env import RolloutRequest
 from envsdk.rewards.parts import REWARD_PARTS
-
-if TYPE_CHECKING:
-    from envsdk.schedulers.base import Trajectory
+from envsdk.tokens import TOKENS
 
 __all__ = [
-    "SCHEMA", "RecordForm", "trajectory_record", "episode_components", "RecordError", "check_record", "quantile",
+    "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
+    "RecordError", "check_record", "quantile", "stated_success",
 ]
 
 SCHEMA = "envsdk.completions/1"
 RecordForm = Literal["lean", "full"]
 
+Status = Literal["running", "done", "max_turns", "length", "error", "cancelled"]
+
+
+@dataclass
+class StepRecord:
+    """One environment step: the reply that caused it and everything the environment said."""
+
+    turn: int
+    action: Any
+    observation: Any
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "action": self.action,
+            "observation": self.observation,
+            "reward": self.reward,
+            "done": self.done,
+            "info": self.info,
+            "components": self.components,
+            "duration_s": self.duration_s,
+        }
+
+
+@dataclass
+class Trajectory:
+    """One episode: its messages, steps, rewards, how it ended and how long it took.
+
+    ``runtime`` is the scheduler's per-episode handle (an env instance, a client); it is never
+    written to records. ``success`` is set by the scheduler when the episode ends: True or
+    False where the environment or the scheduler states it, None where nobody does.
+    """
+
+    request: RolloutRequest
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    status: Status = "running"
+    reason: str | None = None
+    error_kind: str | None = None
+    turns: int = 0
+    total_reward: float = 0.0
+    success: bool | None = None
+    rollout_infos: dict[str, Any] = field(default_factory=dict)
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    runtime: Any = field(default=None, repr=False)
+
+    @property
+    def uuid(self) -> str:
+        return self.request.uuid
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        return self.request.env_config
+
+    @property
+    def seed(self) -> Any:
+        cfg = self.env_config
+        if "seed" in cfg:
+            return cfg["seed"]
+        reset_kwargs = cfg.get("reset_kwargs")
+        return reset_kwargs.get("seed") if isinstance(reset_kwargs, dict) else None
+
+    @property
+    def step_rewards(self) -> list[float]:
+        return [s.reward for s in self.steps]
+
+    def finish(self, status: Status, reason: str | None = None) -> None:
+        """Set how the episode ended; the first call wins (a later close error cannot rewrite it)."""
+        if self.status == "running":
+            self.status = status
+            self.reason = reason
+
+    def to_dict(self, form: RecordForm = "lean") -> dict[str, Any]:
+        """The JSON-ready record written to ``completions.jsonl`` (`trajectory_record`)."""
+        return trajectory_record(self, form)
+
+
+def stated_success(trajectory: Trajectory) -> bool | None:
+    """Whether the episode succeeded, as the environment states it: a boolean ``success`` in
+    the last step's info or in the observation metadata it carries; None when it says nothing
+    (a positive reward is not taken to mean success)."""
+    if not trajectory.steps:
+        return None
+    info = trajectory.steps[-1].info
+    for where in (info, info.get("metadata"), info.get("frame_metadata")):
+        if isinstance(where, dict) and isinstance(where.get("success"), bool):
+            return bool(where["success"])
+    return None
+
+
 # Keys of rollout_infos that the record already holds elsewhere: never copied into ``infos``.
-_NOT_INFOS = frozenset({"total_reward", "step_rewards", REWARD_PARTS})
+_NOT_INFOS = frozenset({"total_reward", "step_rewards", REWARD_PARTS, TOKENS})
 
 
 class RecordError(ValueError):
@@ -124,6 +229,8 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
     tag = trajectory.request.data_dict.get("eval")
     if isinstance(tag, dict):
         record["eval"] = tag
+    if TOKENS in trajectory.rollout_infos:
+        record[TOKENS] = trajectory.rollout_infos[TOKENS]
     if form == "full":
         record["steps"] = [
             {

@@ -100,10 +100,14 @@ class RolloutSummary:
     steps: int
     elapsed_s: float
     errors: dict[str, int] = field(default_factory=dict)
+    #: Episodes whose success was stated (by the env or the scheduler); None: all of them.
+    judged: int | None = None
 
     @property
     def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
+        """Successes over the episodes whose success was stated; NaN when none was."""
+        judged = self.episodes if self.judged is None else self.judged
+        return self.successes / judged if judged else math.nan
 
     @property
     def steps_per_s(self) -> float:
@@ -115,7 +119,7 @@ class RolloutSummary:
         errors = ", ".join(f"{k}={v}" for k, v in sorted(self.errors.items())) or "none"
         lines = [
             f"{'episodes':<16}{self.episodes}",
-            f"{'success rate':<16}{self.success_rate:.1%} ({self.successes}/{self.episodes})",
+            f"{'success rate':<16}{self._success_text()}",
             f"{'statuses':<16}{statuses}",
             f"{'steps':<16}{self.steps} in {self.elapsed_s:.2f} s ({self.steps_per_s:.1f} steps/s)",
             f"{'errors':<16}{errors}",
@@ -131,6 +135,13 @@ class RolloutSummary:
                 lines.append(f"  {name:<14}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}{stat.n:>6}")
         return "\n".join(lines)
 
+    def _success_text(self) -> str:
+        judged = self.episodes if self.judged is None else self.judged
+        if not judged:
+            return "n/a (neither the env nor the scheduler states success)"
+        unjudged = f"; {self.episodes - judged} not stated" if judged < self.episodes else ""
+        return f"{self.success_rate:.1%} ({self.successes}/{judged}{unjudged})"
+
 
 def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
@@ -145,7 +156,8 @@ def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSu
             components.setdefault(key, []).append(value)
     return RolloutSummary(
         episodes=len(trajectories),
-        successes=sum(1 for t in trajectories if t.success),
+        successes=sum(1 for t in trajectories if t.success is True),
+        judged=sum(1 for t in trajectories if t.success is not None),
         statuses=dict(Counter(t.status for t in trajectories)),
         total_reward=Stat.of([t.total_reward for t in trajectories]),
         components={k: Stat.of(v) for k, v in components.items()},

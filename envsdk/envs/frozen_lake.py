@@ -374,7 +374,7 @@ class FrozenLakeEnv(Env):
         direction = parse_direction(reply)
         before = game.position
         if direction is None:
-            info = _info(game, outcome="invalid")
+            info = _info(game, outcome="invalid", success=False)
             await self._score(game, reply, None, "invalid", before, info)
             return INVALID_ACTION_MESSAGE, 0.0, False, info
         outcome = game.move(direction)
@@ -389,7 +389,9 @@ class FrozenLakeEnv(Env):
             )
         else:
             text = f"You moved {direction}.\n{game.render()}\nWhat is your move?"
-        info = _info(game, outcome=outcome.kind, action=direction)
+        # `success` states the verdict after every step (so an episode cut by max_turns is a
+        # stated failure), rather than leaving it to be guessed from a reward.
+        info = _info(game, outcome=outcome.kind, action=direction, success=outcome.kind == "goal")
         await self._score(game, reply, direction, outcome.kind, before, info)
         return text, outcome.reward, outcome.done, info
 

@@ -21,13 +21,13 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
-from envsdk.records import RecordForm, trajectory_record
+from envsdk.tokens import TOKENS, token_turn
+from envsdk.records import RecordForm, Status, StepRecord, Trajectory, stated_success
 
 __all__ = [
     "Status",
@@ -41,9 +41,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-Status = Literal["running", "done", "max_turns", "length", "error", "cancelled"]
-
 
 class TurnResult(TypedDict, total=False):
     """What `MultiTurnScheduler.on_turn_end` returns (ms-swift's shape)."""
@@ -78,85 +75,6 @@ def completion_of(output: Any) -> tuple[str, str | None]:
     return str(text), finish_reason
 
 
-@dataclass
-class StepRecord:
-    """One environment step: the reply that caused it and everything the environment said."""
-
-    turn: int
-    action: Any
-    observation: Any
-    reward: float
-    done: bool
-    info: dict[str, Any] = field(default_factory=dict)
-    components: dict[str, float] = field(default_factory=dict)
-    duration_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "turn": self.turn,
-            "action": self.action,
-            "observation": self.observation,
-            "reward": self.reward,
-            "done": self.done,
-            "info": self.info,
-            "components": self.components,
-            "duration_s": self.duration_s,
-        }
-
-
-@dataclass
-class Trajectory:
-    """One episode: its messages, steps, rewards, how it ended and how long it took.
-
-    ``runtime`` is the scheduler's per-episode handle (an env instance, a client); it is never
-    written to records. ``success`` is set by the scheduler when the episode ends.
-    """
-
-    request: RolloutRequest
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
-    status: Status = "running"
-    reason: str | None = None
-    error_kind: str | None = None
-    turns: int = 0
-    total_reward: float = 0.0
-    success: bool = False
-    rollout_infos: dict[str, Any] = field(default_factory=dict)
-    reset_info: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    runtime: Any = field(default=None, repr=False)
-
-    @property
-    def uuid(self) -> str:
-        return self.request.uuid
-
-    @property
-    def env_config(self) -> dict[str, Any]:
-        return self.request.env_config
-
-    @property
-    def seed(self) -> Any:
-        cfg = self.env_config
-        if "seed" in cfg:
-            return cfg["seed"]
-        reset_kwargs = cfg.get("reset_kwargs")
-        return reset_kwargs.get("seed") if isinstance(reset_kwargs, dict) else None
-
-    @property
-    def step_rewards(self) -> list[float]:
-        return [s.reward for s in self.steps]
-
-    def finish(self, status: Status, reason: str | None = None) -> None:
-        """Set how the episode ended; the first call wins (a later close error cannot rewrite it)."""
-        if self.status == "running":
-            self.status = status
-            self.reason = reason
-
-    def to_dict(self, form: RecordForm = "lean") -> dict[str, Any]:
-        """The JSON-ready record written to ``completions.jsonl`` (`envsdk.records`)."""
-        return trajectory_record(self, form)
-
-
 class MultiTurnScheduler(abc.ABC):
     """Drives trajectories: policy reply → `on_turn_end` (env step) → `step` (next observation).
 
@@ -187,9 +105,12 @@ class MultiTurnScheduler(abc.ABC):
         """Release the trajectory's environment. Called exactly once per trajectory."""
         return None
 
-    def is_success(self, trajectory: Trajectory) -> bool:
-        """Default: the episode ended on its own with a positive last reward."""
-        return trajectory.status == "done" and bool(trajectory.steps) and trajectory.steps[-1].reward > 0
+    def is_success(self, trajectory: Trajectory) -> bool | None:
+        """Whether the episode succeeded, or None when that is not stated. Default: what the
+        environment states (`envsdk.records.stated_success`: a boolean ``success`` in the last
+        step's info); a reward alone says nothing (a random 2048 game scores on most moves).
+        Override it for a game whose scheduler knows (Sudoku: solved)."""
+        return stated_success(trajectory)
 
     async def run(
         self,
@@ -244,6 +165,7 @@ class MultiTurnScheduler(abc.ABC):
                 output = await (act_ex(conversation) if callable(act_ex) else policy.act(conversation))
                 policy_s += time.perf_counter() - asked
                 text, finish_reason = completion_of(output)
+                _record_tokens(trajectory, output, turn)
                 trajectory.messages.append({"role": "assistant", "content": text})
                 trajectory.turns = turn
                 if finish_reason == "length":
@@ -282,6 +204,17 @@ class MultiTurnScheduler(abc.ABC):
             trajectory.timings["policy_s"] = policy_s
             trajectory.timings["env_s"] = sum(s.duration_s for s in trajectory.steps)
         return trajectory
+
+
+def _record_tokens(trajectory: Trajectory, output: Any, turn: int) -> None:
+    """Keep the turn's token ids when the policy gave them (`envsdk.tokens`); the record
+    writes them as ``tokens``."""
+    prompt_ids = getattr(output, "prompt_ids", None)
+    completion_ids = getattr(output, "completion_ids", None)
+    if prompt_ids is None or completion_ids is None:
+        return
+    turns = trajectory.rollout_infos.setdefault(TOKENS, [])
+    turns.append(token_turn(turns, turn, prompt_ids, completion_ids, getattr(output, "logprobs", None)))
 
 
 class TrajectoryWriter:

@@ -2,7 +2,13 @@
 
 Per-row ``env_config`` keys, as in ms-swift: ``base_url`` (default ``http://localhost:8000``),
 ``reset_kwargs``, ``system_message``; a row ``seed`` is passed to reset unless ``reset_kwargs``
-already has one. Compared with ms-swift: one concurrency semaphore per scheduler (not per
+already has one; ``formatter`` names the formatter of this row's observations (`envsdk.formats`).
+
+What the model reads: each observation becomes a user message through `format_observation`,
+by default `envsdk.formats.render_observation` (the observation's text; of a transcript only
+what is new this turn); ``formatter="json"`` gives ms-swift's JSON dump. Replies become actions
+through `envsdk.formats.parse_reply`, with the server's action schema (``GET /schema``, read
+once per server when a reply is not a JSON object). Compared with ms-swift: one concurrency semaphore per scheduler (not per
 batch), the async client (no blocking calls on the event loop; the blocking `OpenEnvWrapper`
 runs in a worker thread when asked for), every session closed on every end, and a lost
 session ends its trajectory with an error instead of continuing in a new episode.
@@ -15,12 +21,17 @@ each episode then goes to the least-loaded server of that pool and stays there.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
+import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from envsdk.adapters import observation_json, parse_action_text
+from envsdk.formats import ObservationFormatter, formatter_for, parse_reply
 from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
 from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 from envsdk.types import StepResult
@@ -28,9 +39,29 @@ from envsdk.types import StepResult
 if TYPE_CHECKING:
     from envsdk.client.pool import PoolSpec
 
-__all__ = ["OpenEnvScheduler", "EnvSession", "DEFAULT_BASE_URL"]
+__all__ = ["OpenEnvScheduler", "EnvSession", "DEFAULT_BASE_URL", "server_json"]
 
 DEFAULT_BASE_URL = "http://localhost:8000"
+#: How long one HTTP question to a server (its ``/schema``, its tool list) may take.
+_HTTP_TIMEOUT_S = 10.0
+_HTTP_MAX_BYTES = 4 << 20
+
+
+def server_json(base_url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """The JSON a server answers at `path` (GET, or POST of `body`), with ``$ENVSDK_TOKEN`` as
+    bearer token when set. Blocking (call it in a thread); raises `OSError` when nothing usable
+    answers and `ValueError` for a reply that is not JSON."""
+    from envsdk.client.pool import health_url
+
+    url = health_url(base_url).removesuffix("/health") + path
+    headers = {"Content-Type": "application/json"}
+    token = os.environ.get("ENVSDK_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT_S) as reply:
+        return json.loads(reply.read(_HTTP_MAX_BYTES))
 
 
 
@@ -95,6 +126,8 @@ class RemoteEpisode:
     observation: dict[str, Any]
     last_result: StepResult[Any] | None = None
     game: Any = None
+    #: The observation the model read before the current one (None until one was read).
+    previous: dict[str, Any] | None = None
 
 
 class OpenEnvScheduler(MultiTurnScheduler):
@@ -107,7 +140,11 @@ class OpenEnvScheduler(MultiTurnScheduler):
     module docstring) takes its clients from the process-wide `shared_pool` of that spec
     instead: ``client_factory`` and ``use_threads`` apply to single base URLs.
 
-    Override `parse_action` and `format_observation` to adapt it to an environment.
+    ``formatter`` is how observations become user messages: a name registered in
+    `envsdk.formats.formatters` (``"text"``, the default, or ``"json"``, ms-swift's), a
+    ``"module:function"`` spec, or a function ``(observation, previous) -> str``; a row's
+    ``env_config["formatter"]`` wins for that row. Override `parse_action` and
+    `format_observation` to adapt it to an environment further.
     """
 
     def __init__(
@@ -121,6 +158,7 @@ class OpenEnvScheduler(MultiTurnScheduler):
         max_completion_chars: int | None = None,
         use_threads: bool = False,
         client_factory: Callable[[str], EnvSession] | None = None,
+        formatter: str | ObservationFormatter | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, max_completion_chars=max_completion_chars)
         if max_concurrent_envs < 1:
@@ -130,6 +168,11 @@ class OpenEnvScheduler(MultiTurnScheduler):
         self.system_message = system_message
         self.max_concurrent_envs = max_concurrent_envs
         self.client_factory = client_factory or (_threaded_client if use_threads else _async_client)
+        self.formatter: ObservationFormatter = formatter_for(formatter)
+        # An override written to ms-swift's signature, format_observation(obs), gets no `previous`.
+        self._format_takes_previous = _accepts(self.format_observation, "previous")
+        self._custom_parse_action = type(self).parse_action is not OpenEnvScheduler.parse_action
+        self._action_schemas: dict[str, dict[str, Any] | None] = {}
         # A semaphore binds to the loop that first waits on it; one per loop keeps a scheduler
         # usable across `asyncio.run` calls while every batch on a loop shares one limit.
         self._semaphore: asyncio.Semaphore | None = None
@@ -147,13 +190,54 @@ class OpenEnvScheduler(MultiTurnScheduler):
     # ------------------------------------------------------------ overridable
 
     def parse_action(self, text: str) -> dict[str, Any]:
-        """The action dict for a reply: strip a code fence; a JSON object is the action,
-        anything else becomes ``{"message": text}``."""
-        return parse_action_text(text)
+        """The action dict for a reply, when the action's schema is not at hand: a JSON object
+        (code fence stripped) is the action, anything else ``{"message": text}``. Unless this is
+        overridden, the scheduler uses `envsdk.formats.parse_reply` with the server's action
+        schema instead (a text reply then fills the action's single field, whatever its name)."""
+        return parse_reply(text)
 
-    def format_observation(self, obs: dict[str, Any]) -> str:
-        """The user message for an observation (JSON text by default)."""
-        return observation_json(obs)
+    def format_observation(self, obs: dict[str, Any], *, previous: dict[str, Any] | None = None) -> str:
+        """The user message for an observation; `previous` is the observation the model read
+        before it in the same episode (None at reset). Default: the scheduler's ``formatter``
+        (`envsdk.formats.render_observation` unless another was chosen)."""
+        return self.formatter(obs, previous)
+
+    def observation_text(self, trajectory: Trajectory, obs: dict[str, Any]) -> str:
+        """The user message for the trajectory's next observation, through the row's
+        ``formatter`` or `format_observation`; remembers it as the one the model read last."""
+        episode = self.episode(trajectory)
+        row_formatter = trajectory.env_config.get("formatter")
+        if row_formatter is not None:
+            text = formatter_for(row_formatter)(obs, episode.previous)
+        elif self._format_takes_previous:
+            text = self.format_observation(obs, previous=episode.previous)
+        else:
+            text = self.format_observation(obs)
+        episode.previous = obs
+        return text
+
+    async def action_for(self, trajectory: Trajectory, text: str) -> dict[str, Any]:
+        """The action for a reply: `parse_action` when a subclass overrides it, else
+        `envsdk.formats.parse_reply` with the server's action schema (read when first needed)."""
+        if self._custom_parse_action:
+            return self.parse_action(text)
+        action = parse_reply(text)
+        if action != {"message": text}:  # a JSON object: the action as the reply wrote it
+            return action
+        schema = await self.action_schema(self.episode(trajectory).base_url)
+        return parse_reply(text, schema)
+
+    async def action_schema(self, base_url: str) -> dict[str, Any] | None:
+        """The action's JSON schema from the server's ``/schema``, read once per server; None
+        when the server does not say (the reply's text is then sent as ``message``)."""
+        if base_url not in self._action_schemas:
+            try:
+                schema = await asyncio.to_thread(server_json, base_url, "/schema")
+            except (OSError, ValueError):
+                schema = None
+            action = schema.get("action") if isinstance(schema, dict) else None
+            self._action_schemas[base_url] = action if isinstance(action, dict) else None
+        return self._action_schemas[base_url]
 
     def reset_arguments(self, trajectory: Trajectory) -> dict[str, Any]:
         """Keyword arguments of the remote ``reset``: scheduler defaults, then the row's
@@ -227,7 +311,7 @@ class OpenEnvScheduler(MultiTurnScheduler):
         await self.open_session(trajectory)
         await self.reset_session(trajectory, **self.reset_arguments(trajectory))
         episode = self.episode(trajectory)
-        trajectory.messages = self.first_messages(trajectory, self.format_observation(episode.observation))
+        trajectory.messages = self.first_messages(trajectory, self.observation_text(trajectory, episode.observation))
 
     async def env_step(self, trajectory: Trajectory, action: dict[str, Any]) -> tuple[StepResult[Any], float]:
         """Send one step under the semaphore; return the result and its duration."""
@@ -240,7 +324,7 @@ class OpenEnvScheduler(MultiTurnScheduler):
         return result, time.perf_counter() - started
 
     async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
-        action = self.parse_action(response_text)
+        action = await self.action_for(trajectory, response_text)
         result, duration = await self.env_step(trajectory, action)
         reward = float(result.reward or 0.0)
         trajectory.steps.append(
@@ -263,12 +347,17 @@ class OpenEnvScheduler(MultiTurnScheduler):
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self.episode(trajectory)
-        trajectory.messages.append({"role": "user", "content": self.format_observation(episode.observation)})
+        trajectory.messages.append({"role": "user", "content": self.observation_text(trajectory, episode.observation)})
 
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         episode = trajectory.runtime
         if isinstance(episode, RemoteEpisode):
             await episode.session.close()
+
+
+def _accepts(method: Callable[..., Any], name: str) -> bool:
+    params = inspect.signature(method).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _as_dict(observation: Any) -> dict[str, Any]:

@@ -310,13 +310,16 @@ class SudokuScheduler(OpenEnvScheduler):
             raise ValueError(f"no move [row column number] in reply {text[:80]!r}")
         return {"message": _fmt_move(move)}
 
-    def format_observation(self, obs: dict[str, Any], episode: SudokuEpisode | None = None) -> str:
+    def format_observation(
+        self, obs: dict[str, Any], episode: SudokuEpisode | None = None, *, previous: dict[str, Any] | None = None
+    ) -> str:
         """The user message: on the first turn the board and hints; later ``Step k. Progress:
-        m cells filled.``, a note on a rejected move, the board and hints."""
+        m cells filled.``, a note on a rejected move, the board and hints. Without `episode`
+        the board is read from `obs` (an observation without a board: the default rendering)."""
         if episode is None:
             board = _structured_board(obs.get("board")) or game.parse_board(_transcript(obs))
             if board is None:
-                return super().format_observation(obs)
+                return super().format_observation(obs, previous=previous)
             return f"Current Sudoku board ('.' = empty):\n{game.render_board(board)}\n\n{sudoku_hints(board).render()}"
         hints = sudoku_hints(episode.board, list(episode.tried)).render()
         body = f"Current Sudoku board ('.' = empty):\n{game.render_board(episode.board)}\n\n{hints}"

@@ -10,7 +10,11 @@ A reply without a tool call ends the episode (status ``done``, reason ``no tool 
 
 Reward: a tool env reports its episode reward in its state's ``reward`` field (see
 examples/ledger_tools.py); it is read before the session closes and becomes the trajectory's
-``total_reward``. Registered in `envsdk.registry.schedulers` as ``tools``; under ms-swift the
+``total_reward``. A boolean ``success`` in the state, if it has one, is the episode's success.
+
+`serves_tools` tells whether a server is a tool environment (its ``/mcp`` lists tools);
+`scheduler_for` names the scheduler to play a server with, so a tool server is never played as
+a text environment by mistake. Registered in `envsdk.registry.schedulers` as ``tools``; under ms-swift the
 same scheduler runs through the bridge of examples/swift (``make_core`` returning it).
 """
 
@@ -21,10 +25,30 @@ import re
 from typing import Any
 
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
-from envsdk.schedulers.openenv import OpenEnvScheduler
+from envsdk.schedulers.openenv import OpenEnvScheduler, server_json
 from envsdk.tools import ToolSpec
 
-__all__ = ["ToolScheduler", "parse_tool_call", "TOOLS_SYSTEM_MESSAGE"]
+__all__ = ["ToolScheduler", "parse_tool_call", "TOOLS_SYSTEM_MESSAGE", "serves_tools", "scheduler_for"]
+
+
+def serves_tools(base_url: str) -> bool:
+    """Whether the server at `base_url` is a tool environment: its ``POST /mcp`` ``tools/list``
+    (OpenEnv 0.10's MCP wire, which envsdk and OpenEnv servers both answer) lists at least one
+    tool. False when it lists none, refuses, or cannot be asked. Blocking (one HTTP request of
+    at most 10 s)."""
+    try:
+        reply = server_json(base_url, "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    except (OSError, ValueError):
+        return False
+    result = reply.get("result") if isinstance(reply, dict) else None
+    tools = result.get("tools") if isinstance(result, dict) else None
+    return isinstance(tools, list) and len(tools) > 0
+
+
+def scheduler_for(base_url: str) -> str:
+    """The registered scheduler to play the server at `base_url` with: ``"tools"`` for a tool
+    environment (`serves_tools`), else ``"openenv"``. Blocking, like `serves_tools`."""
+    return "tools" if serves_tools(base_url) else "openenv"
 
 TOOLS_SYSTEM_MESSAGE = (
     "You may call one of these tools per reply. Tools:\n<tools>\n{tools}\n</tools>\n"
@@ -90,36 +114,33 @@ class ToolScheduler(OpenEnvScheduler):
         )
         return {"done": bool(result.done), "rollout_infos": {"tool_calls": len(trajectory.steps)}}
 
-    def format_observation(self, obs: dict[str, Any]) -> str:
-        if "tool_name" in obs:
-            error = obs.get("error")
-            if error:
-                return f"error: {error.get('message', error) if isinstance(error, dict) else error}"
-            result = obs.get("result")
-            value = result.get("data") if isinstance(result, dict) and "data" in result else result
-            return value if isinstance(value, str) else json.dumps(value, default=str)
-        return super().format_observation(obs)
-
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         try:
-            reward = await self._state_reward(trajectory)
-            if reward is not None:
-                trajectory.total_reward = reward
-                trajectory.rollout_infos["total_reward"] = reward
+            state = await self._final_state(trajectory)
+            reward = state.get("reward")
+            if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+                trajectory.total_reward = float(reward)
+                trajectory.rollout_infos["total_reward"] = float(reward)
+            if isinstance(state.get("success"), bool):
+                trajectory.rollout_infos["success"] = state["success"]
         finally:
             await super().on_trajectory_end(trajectory)
 
-    async def _state_reward(self, trajectory: Trajectory) -> float | None:
+    def is_success(self, trajectory: Trajectory) -> bool | None:
+        """The ``success`` the env's state stated at the end, if any (a reward is not one)."""
+        stated = trajectory.rollout_infos.get("success")
+        return stated if isinstance(stated, bool) else super().is_success(trajectory)
+
+    async def _final_state(self, trajectory: Trajectory) -> dict[str, Any]:
         episode = trajectory.runtime
         read_state = getattr(getattr(episode, "session", None), "state", None)
         if read_state is None:
-            return None
+            return {}
         try:
             state = await read_state()
         except Exception:  # the session is gone: the episode has no reward to report
-            return None
-        reward = state.get("reward") if isinstance(state, dict) else None
-        return float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
+            return {}
+        return state if isinstance(state, dict) else {}
 
 
 def _as_observation(observation: Any) -> dict[str, Any]:

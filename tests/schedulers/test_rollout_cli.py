@@ -95,7 +95,7 @@ def test_cli_loads_external_plugins_and_custom_policies(
         "    async def reset(self, config):\n"
         "        return 'go', {}, None\n"
         "    async def step(self, messages):\n"
-        "        return 'end', 1.0, True, {'said': messages[-1]['content']}\n"
+        "        return 'end', 1.0, True, {'said': messages[-1]['content'], 'success': True}\n"
         "envs['one_shot_cli_test'] = OneShot\n"
     )
     code = main(["--env", "one_shot_cli_test", "--policy", "cli_test_policies:Hello", "--episodes", "3",
@@ -104,5 +104,5 @@ def test_cli_loads_external_plugins_and_custom_policies(
     assert code == 0, out.err
     assert "success rate    100.0% (3/3)" in out.out
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert [r["infos"]["step_infos"] for r in records] == [[{"said": "hello"}]] * 3
+    assert [r["infos"]["step_infos"] for r in records] == [[{"said": "hello", "success": True}]] * 3
     del envs["one_shot_cli_test"]  # registries are process-wide; other tests list the names

@@ -23,8 +23,9 @@ class LedgerSolver:
     async def act(self, messages: list[dict[str, Any]]) -> str:
         if messages[-1]["role"] == "user" and len(messages) > 2:
             return "Done."
-        first = json.loads(messages[1]["content"])
-        gap = first["target"] - first["balance"]
+        # The model reads the ledger's prompt text: "The ledger holds B. Bring it to exactly T ..."
+        balance, target = (int(n) for n in re.findall(r"\d+", messages[1]["content"])[:2])
+        gap = target - balance
         if gap == 0:
             return '<tool_call>{"name": "balance", "arguments": {}}</tool_call>'
         name = "deposit" if gap > 0 else "withdraw"
