@@ -223,6 +223,8 @@ class RemoteEnv(Env):
     `EpisodeDoneError` whatever the server does.
     """
 
+    CONFIG_KEYS = frozenset({"base_url", "reset_kwargs", "system_message", "mode"})
+
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
         super().__init__(env_config)
         self.base_url: str = str(self.env_config.get("base_url", "http://localhost:8000"))

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, ClassVar, Generic, TypeVar, Union
 from envsdk.rewards.parts import REWARD_COMPONENTS, ascore, score
 from envsdk.types import Action, Observation, State
 
-__all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT"]
+__all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT", "step_types"]
 
 ActT = TypeVar("ActT", bound=Action)
 ObsT = TypeVar("ObsT", bound=Observation)
@@ -154,7 +154,15 @@ class Env(abc.ABC):
       the whole conversation so far and its last entry is the model's latest reply.
     * ``async close()`` releases resources; idempotent.
 
+    * Once ``step`` has returned ``done=True`` the episode is over: a further ``step`` must raise
+      (`envsdk.errors.EpisodeDoneError`) until the next ``reset``. Served through
+      `envsdk.adapters.EnvEnvironment` (``envsdk serve module:MyEnv``), the server enforces it.
+
     Register a class by name with ``envsdk.registry.envs["name"] = MyEnv``.
+
+    ``CONFIG_KEYS`` (optional): the ``env_config`` keys the env reads besides ``name`` and
+    ``seed``. When it is set, ``envsdk rollout`` refuses a row or ``--env-config`` holding any
+    other key, naming the accepted ones, instead of running as if a misspelt key were absent.
 
     ``rubric`` (optional, any envsdk or OpenEnv rubric): ``await self._apply_rubric(action,
     observation, info)`` scores a step and puts its named parts into
@@ -162,6 +170,7 @@ class Env(abc.ABC):
     """
 
     rubric: Any = None
+    CONFIG_KEYS: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
@@ -188,3 +197,15 @@ class Env(abc.ABC):
     async def close(self) -> None:
         """Release resources. Idempotent."""
         return None
+
+
+def step_types(env_class: type) -> tuple[Any, Any]:
+    """(action type, observation type) of an `Environment` class, read from its ``step``
+    annotations (``action`` parameter and return type); None for one that cannot be read."""
+    import typing
+
+    try:
+        hints = typing.get_type_hints(getattr(env_class, "step"))
+    except Exception:  # unresolvable annotations: the caller asks for the types instead
+        return None, None
+    return hints.get("action"), hints.get("return")

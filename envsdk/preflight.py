@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envsdk.client.pool import health_url
@@ -44,11 +45,31 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         return status, None
 
 
-def check_env_servers(urls: Sequence[str], concurrency: int) -> None:
+def _words(name: str) -> str:
+    """A name reduced for comparison: letters and digits, lower case, no ``env``/``environment``
+    suffix (``my_env``, ``MyEnv`` and ``MyEnvironment`` all give ``my``)."""
+    letters = re.sub(r"[^0-9a-z]", "", name.lower())
+    for suffix in ("environment", "env"):
+        if letters.endswith(suffix) and len(letters) > len(suffix):
+            return letters[: -len(suffix)]
+    return letters
+
+
+def same_env(asked: str, metadata: Any) -> bool:
+    """Whether the env the user named (`asked`) is the one a server's ``/metadata`` describes:
+    its ``name`` (or ``env_id``) equal after `_words`, or one containing the other. A server
+    whose metadata names nothing is taken at its word."""
+    served = [str(metadata.get(k)) for k in ("name", "env_id") if isinstance(metadata, dict) and metadata.get(k)]
+    want = _words(asked)
+    return not served or not want or any(want in _words(s) or _words(s) in want for s in served if _words(s))
+
+
+def check_env_servers(urls: Sequence[str], concurrency: int, env_names: Mapping[str, str] | None = None) -> None:
     """Every ``http(s)://``/``ws(s)://`` URL in `urls` answers ``/health``, accepts
-    ``$ENVSDK_TOKEN`` (if it asks for one), and together they have `concurrency` free sessions
-    (servers that do not report capacity, such as plain OpenEnv ones, are not counted).
-    Other entries (pool names, replicas files) are left to the pool."""
+    ``$ENVSDK_TOKEN`` (if it asks for one), serves the env `env_names` names for it (if any;
+    see `same_env`), and together they have `concurrency` free sessions (servers that do not
+    report capacity, such as plain OpenEnv ones, are not counted). Other entries (pool names,
+    replicas files) are left to the pool."""
     token = os.environ.get("ENVSDK_TOKEN")
     free_total, counted = 0, []
     for url in urls:
@@ -70,6 +91,12 @@ def check_env_servers(urls: Sequence[str], concurrency: int) -> None:
             if token:
                 raise PreflightError(f"{base} refused the token in $ENVSDK_TOKEN ({reason}): set the server's token")
             raise PreflightError(f"{base} requires a token: set ENVSDK_TOKEN=<the server's token> and run again")
+        asked = (env_names or {}).get(url)
+        if asked is not None and status == 200 and not same_env(asked, body):
+            served = body.get("name") if isinstance(body, dict) else None
+            raise PreflightError(
+                f"{base} serves {served!r}, not {asked!r}: name the server's env (--env {served}) or fix --base-url"
+            )
         if isinstance(health, dict) and isinstance(health.get("max_sessions"), int):
             active = int(health.get("active_sessions") or 0)
             free_total += max(0, health["max_sessions"] - active)
@@ -82,10 +109,11 @@ def check_env_servers(urls: Sequence[str], concurrency: int) -> None:
         )
 
 
-def check_inference(api_base: str, model: str) -> None:
-    """The OpenAI-compatible endpoint `api_base` answers ``GET /models`` and lists `model`."""
+def check_inference(api_base: str, model: str, api_key: str | None = None) -> None:
+    """The OpenAI-compatible endpoint `api_base` answers ``GET /models`` (with `api_key`,
+    default ``$OPENAI_API_KEY``) and lists `model`."""
     base = api_base.rstrip("/")
-    key = os.environ.get("OPENAI_API_KEY")
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     try:
         status, body = _get(base + "/models", {"Authorization": f"Bearer {key}"} if key else {})
     except OSError as exc:
@@ -95,7 +123,7 @@ def check_inference(api_base: str, model: str) -> None:
             "or fix --api-base (an OpenAI-compatible URL ending in /v1)"
         ) from None
     if status != 200:
-        raise PreflightError(f"{base}/models answered HTTP {status}: check --api-base and $OPENAI_API_KEY")
+        raise PreflightError(f"{base}/models answered HTTP {status}: check --api-base and --api-key ($OPENAI_API_KEY)")
     data = body.get("data") if isinstance(body, dict) else None
     served = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
     if served and model not in served:

@@ -172,6 +172,17 @@ def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSu
 class RolloutReport:
     trajectories: list[Trajectory]
     summary: RolloutSummary
+    #: Why the run stopped before its last episode (see `run_batches`), else None.
+    stopped: str | None = None
+
+
+#: Error kinds that say an episode's server is gone or unreachable, not that the episode went wrong.
+CONNECTION_ERRORS = frozenset({
+    "ConnectError", "SessionLostError", "ServerShutdownError", "ConnectionError", "ConnectionRefusedError",
+    "ConnectionResetError", "ConnectionClosed", "ConnectionClosedError", "ConnectionClosedOK",
+})
+#: Episodes in a row ending in a `CONNECTION_ERRORS` error after which a run stops.
+STOP_AFTER_CONNECTION_ERRORS = 5
 
 
 # ---------------------------------------------------------------- runner
@@ -181,15 +192,20 @@ class DatasetError(ValueError):
     """A ``--dataset`` file is missing or holds a row that is not a dataset row."""
 
 
-def load_dataset(path: str | Path) -> list[RolloutRequest]:
+def load_dataset(path: str | Path, default_env: str | None = None) -> list[RolloutRequest]:
     """The rows of an ms-swift-style JSON-lines dataset: each an object with ``env_config``
-    (``name`` required; ``base_url``, ``seed``, … as the scheduler reads them) and optionally
-    ``messages`` (the prompt) and a ``uuid``. Raises `DatasetError` naming the file and line."""
+    (``name``, else `default_env`; ``base_url``, ``seed``, … as the scheduler reads them) and
+    optionally ``messages`` and a ``uuid``. Raises `DatasetError` naming the file and line."""
     rows: list[RolloutRequest] = []
     for where, row in read_jsonl(path, DatasetError):
         config = row.get("env_config") if isinstance(row, dict) else None
+        if isinstance(config, dict) and "name" not in config and default_env is not None:
+            # ms-swift's rows for one env's scheduler name no env (examples/swift/sudoku.jsonl).
+            config = row["env_config"] = {"name": default_env, **config}
         if not isinstance(config, dict) or not isinstance(config.get("name"), str):
-            raise DatasetError(f'{where}: a row needs "env_config": {{"name": ENV, ...}}')
+            raise DatasetError(
+                f'{where}: a row needs "env_config": {{"name": ENV, ...}} (or give --env ENV for rows without a name)'
+            )
         messages = row.get("messages") or []
         if not isinstance(messages, list):
             raise DatasetError(f"{where}: 'messages' must be a list of chat messages")
@@ -202,12 +218,57 @@ def load_dataset(path: str | Path) -> list[RolloutRequest]:
     return rows
 
 
+#: ``env_config`` keys any row may carry: read by the runner and every scheduler.
+ROW_KEYS = frozenset({"name", "seed", "base_url"})
+#: ... and those of a row played on a server (`OpenEnvScheduler`'s; the server's own reset
+#: options go in ``reset_kwargs``, which the server checks against its ``reset`` signature).
+SERVER_ROW_KEYS = frozenset({"reset_kwargs", "system_message", "formatter"})
+
+
+def check_env_config(env: str, config: dict[str, Any], *, on_server: bool, where: str) -> None:
+    """Raise `UsageError` naming the accepted keys when `config` holds a key nobody reads: not
+    one of `ROW_KEYS`, nor `SERVER_ROW_KEYS` for a row played on a server (`on_server`), nor
+    one of a local env's declared ``CONFIG_KEYS``. A local env that declares none is not checked."""
+    if on_server:
+        accepted = ROW_KEYS | SERVER_ROW_KEYS
+    else:
+        from envsdk.registry import envs
+
+        declared = getattr(envs[env], "CONFIG_KEYS", None) if env in envs else None
+        if declared is None:
+            return
+        accepted = ROW_KEYS | frozenset(declared)
+    unknown = sorted(k for k in config if k not in accepted)
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], sorted(accepted), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    server_hint = (
+        '; options of the server\'s reset go in {"reset_kwargs": {...}}, e.g. '
+        f'{{"reset_kwargs": {{{json.dumps(unknown[0])}: {json.dumps(config[unknown[0]])}}}}}'
+        if on_server else ""
+    )
+    raise UsageError(
+        f"{where}: {env} reads no env_config key {', '.join(map(repr, unknown))}{hint}; accepted: "
+        f"{', '.join(sorted(accepted))}{server_hint}"
+    )
+
+
+def check_base_url(url: str) -> None:
+    """Raise `UsageError` for a ``host:port`` given without its scheme (it would be taken for a
+    pool name and fail once per episode)."""
+    import re
+
+    if re.fullmatch(r"[\w.-]+:\d+(/.*)?", url) or re.fullmatch(r"\[[0-9a-fA-F:]+\]:\d+(/.*)?", url):
+        raise UsageError(f"--base-url {url!r} has no scheme: use 'http://{url}'")
+
+
 def check_env_name(env: str, base_url: BaseUrls | None) -> None:
     """Raise `EnvNotFoundError` (with the closest known names) when `env` can be neither served
     here nor reached: not Sudoku, no base URL, and not a registered local env."""
     from envsdk.registry import envs
 
-    if env in EMBEDDED or base_url is not None or env in envs:
+    if env in EMBEDDED or base_url is not None or env in envs or env in _SERVED_HERE:
         return
     known = sorted({*EMBEDDED, *envs})
     close = difflib.get_close_matches(env, known, n=1)
@@ -288,21 +349,33 @@ def make_requests(
 
 @contextlib.contextmanager
 def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> Iterator[BaseUrls | None]:
-    """The base URL to use: the given one, a Sudoku or coding server started here, or None
-    (local env)."""
-    if base_url is not None or env not in EMBEDDED:
+    """The base URL to use: the given one, a server started here (Sudoku, or an `Environment`
+    class named with ``--env module:Class``), or None (a local env, played in-process)."""
+    if base_url is not None or (env not in EMBEDDED and env not in _SERVED_HERE):
         yield base_url
         return
     from envsdk.testing import running_server
 
-    if env == CODING:
+    capacity = max(concurrency, 1)
+    if env in _SERVED_HERE:
+        from envsdk.env import step_types
+        from envsdk.server import create_app
+
+        action, observation = step_types(_SERVED_HERE[env])
+        if not isinstance(action, type) or not isinstance(observation, type):
+            raise UsageError(
+                f"--env {env}: cannot tell its action/observation types from step's annotations: serve it "
+                "(envsdk serve MODULE:CLASS --action ... --observation ...) and pass --base-url"
+            )
+        app = create_app(_SERVED_HERE[env], action, observation, max_concurrent_envs=capacity, web=False)
+    elif env == CODING:
         from servers.coding.app import create_coding_app
 
-        app = create_coding_app(max_concurrent_envs=max(concurrency, 1), warm=max(concurrency, 1))
+        app = create_coding_app(max_concurrent_envs=capacity, warm=capacity)
     else:
         from servers.sudoku.app import create_sudoku_app
 
-        app = create_sudoku_app(max_concurrent_envs=max(concurrency, 1))
+        app = create_sudoku_app(max_concurrent_envs=capacity)
     with running_server(app) as url:
         yield url
 
@@ -328,6 +401,7 @@ async def run_batches(
     scheduler: str | MultiTurnScheduler | None = None,
     finished: list[Trajectory] | None = None,
     append: bool = False,
+    stop_after_connection_errors: int | None = STOP_AFTER_CONNECTION_ERRORS,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
@@ -336,6 +410,10 @@ async def run_batches(
     written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
     interrupted still has them (appended to `out` with `append`, else `out` is rewritten). A failing
     episode is recorded (status ``error``), never raised.
+
+    When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
+    it died, or cannot be reached), the episodes left are not started: the report then holds the
+    finished trajectories and says why in ``stopped``.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -352,12 +430,27 @@ async def run_batches(
             names = "+".join(dict.fromkeys(b.env for b in batches))
             bar = stack.enter_context(tqdm(total=total, desc=f"rollout {names}", unit="ep", file=sys.stderr))
 
+        tasks: list[asyncio.Future[list[Trajectory]]] = []
+        streak: list[Trajectory] = []
+        stopped: list[str] = []
+
         def on_done(traj: Trajectory) -> None:
             done_list.append(traj)
             if writer is not None:
                 writer.write(traj)
             if bar is not None:
                 bar.update(1)
+            if traj.status == "error" and traj.error_kind in CONNECTION_ERRORS:
+                streak.append(traj)
+            else:
+                streak.clear()
+            if stop_after_connection_errors and len(streak) >= stop_after_connection_errors and not stopped:
+                stopped.append(
+                    f"{len(streak)} episodes in a row lost the connection to their server ({traj.error_kind}: "
+                    f"{' '.join(str(traj.reason).split())})"
+                )
+                for task in tasks:
+                    task.cancel()
 
         runs = []
         for batch in batches:
@@ -374,9 +467,15 @@ async def run_batches(
             )
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
         started = time.perf_counter()
-        results = await asyncio.gather(*runs)
+        tasks.extend(asyncio.ensure_future(run) for run in runs)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         elapsed = time.perf_counter() - started
-    trajectories = [t for result in results for t in result]
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not (stopped and isinstance(outcome, asyncio.CancelledError)):
+            raise outcome
+    if stopped:
+        return RolloutReport(list(done_list), summarize(done_list, elapsed), stopped[0])
+    trajectories = [t for result in outcomes if isinstance(result, list) for t in result]
     return RolloutReport(trajectories, summarize(trajectories, elapsed))
 
 
@@ -410,17 +509,40 @@ async def run_rollouts(
 # ---------------------------------------------------------------- CLI
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` with each option's default, as ``(default: X)``, where it has one (not None,
+    False or empty) and its help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default in (None, False, [], argparse.SUPPRESS)
+            or "default" in text.lower()
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``rollout`` command to an argparse subparsers object; its ``func`` default is
     `rollout_command`."""
+    from envsdk.registry import schedulers
+
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "rollout",
+        formatter_class=DefaultsHelpFormatter,
         help="run episodes of an environment with a policy and print a summary",
         description="Run N episodes (seeds S..S+N-1) or a dataset's rows, write completions.jsonl, "
         "print a summary. Exit status: 0 when at least one episode ran, 1 when none did, 2 on a "
         "usage error, 130 when interrupted.",
     )
-    parser.add_argument("--env", default=None, help="sudoku, frozen_lake, or a plugin's env name")
+    parser.add_argument(
+        "--env", default=None,
+        help="sudoku, frozen_lake, a plugin's env name, or module:Class / file.py:Class (an Env, or an "
+        "Environment served here for the run)",
+    )
     parser.add_argument(
         "--dataset", default=None, metavar="ROWS.jsonl",
         help="ms-swift-style rows ({'messages': [...], 'env_config': {'name', 'seed', 'base_url', ...}}): "
@@ -437,25 +559,45 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"{', '.join(POLICY_NAMES)}, or 'module:Class' / 'file.py:Class' naming a policy made with "
         "no arguments (default auto: the oracle for sudoku and frozen_lake, random replies otherwise)",
     )
-    parser.add_argument("--scheduler", default=None, help="a registered scheduler's name (gym, openenv, sudoku, or a plugin's)")
+    parser.add_argument(
+        "--scheduler", default=None,
+        help=f"a registered scheduler: {', '.join(sorted(schedulers))}, or one a plugin registers (default: "
+        "sudoku for sudoku, openenv for a server, gym for a local env)",
+    )
     parser.add_argument("--model", default=None, help="model name (openai) or local path (transformers)")
     parser.add_argument(
         "--api-base", default=None,
         help="OpenAI-compatible endpoint for --policy openai, e.g. http://127.0.0.1:8001/v1 (default: $OPENAI_BASE_URL)",
     )
-    parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-turns", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--temperature", type=float, default=None,
+        help="sampling temperature for --policy openai, 0 to 2, 0 greedy (default: 1.0)",
+    )
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling for --policy openai (default: 1.0)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="most tokens in one reply, for --policy openai (default: 512)"
+    )
+    parser.add_argument(
+        "--api-key", default=None,
+        help="bearer key of the --api-base endpoint (default: $OPENAI_API_KEY)",
+    )
+    parser.add_argument("--episodes", type=int, default=8, help="number of episodes")
+    parser.add_argument("--concurrency", type=int, default=8, help="episodes played at once")
+    parser.add_argument("--max-turns", type=int, default=None, help="turns per episode at most (default: the scheduler's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (the next ones count up)")
     parser.add_argument(
         "--env-config", type=_json_object, default=None, metavar="JSON",
-        help='extra env_config for every episode, e.g. \'{"rubric": "shaped"}\' (FrozenLake\'s shaped rubric)',
+        help='extra env_config for every episode, e.g. \'{"rubric": "shaped"}\' (FrozenLake\'s shaped rubric); '
+        'a server\'s reset options go in \'{"reset_kwargs": {...}}\'; unknown keys are refused',
     )
-    parser.add_argument("--external-plugins", nargs="*", default=[], metavar="FILE")
+    parser.add_argument(
+        "--external-plugins", "--external_plugins", dest="external_plugins", nargs="+", action="extend",
+        default=[], metavar="FILE", help="plugin files to import first (they register envs, schedulers)",
+    )
     parser.add_argument("--out", default="completions.jsonl", help="JSON-lines file of trajectories")
     parser.add_argument(
         "--record", choices=("lean", "full"), default="lean",
-        help="lean (default): no per-step structured observations (the model's view is in messages); full: with them",
+        help="lean: no per-step structured observations (the model's view is in messages); full: with them",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_eval_arguments(parser)
@@ -479,11 +621,23 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
                 "--policy openai needs --api-base URL (an OpenAI-compatible endpoint such as "
                 "`vllm serve`'s http://127.0.0.1:8000/v1, or $OPENAI_BASE_URL) and --model NAME"
             )
-        return make_policy("openai", env, base_url=api_base, model=args.model)
+        sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
+        kwargs.update({k: v for k, v in sampling.items() if v is not None})
+        return make_policy("openai", env, base_url=api_base, model=args.model, api_key=args.api_key, **kwargs)
     if args.policy == "transformers":
         if not args.model:
             raise UsageError("--policy transformers needs --model PATH (a local model folder or hub id)")
         kwargs["model_path"] = args.model
+        try:
+            loaded: Policy = make_policy(args.policy, env, **kwargs)
+        except (OSError, ValueError) as exc:
+            # transformers' own message runs to many lines (and a traceback through the hub client).
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise UsageError(
+                f"--model {args.model}: cannot load it ({first.strip()}): give a local folder holding a model "
+                "(config.json and weights) or a hub id that is in the local cache (HF_HUB_OFFLINE=1 allows no download)"
+            ) from None
+        return loaded
     policy: Policy = make_policy(args.policy, env, **kwargs)
     return policy
 
@@ -492,7 +646,48 @@ class UsageError(ValueError):
     """The command line asks for something that cannot run; the message says what to change."""
 
 
+#: Schedulers that play environment servers only: a local env's rows need a base URL with them.
+_SERVER_SCHEDULERS = ("openenv", "tools")
+#: `Environment` classes named ``module:Class`` with ``--env``, served here for the run.
+_SERVED_HERE: dict[str, type] = {}
+
+
+def _env_name(spec: str) -> str:
+    """The env name for ``--env``: a registry name as is; ``module:Class`` / ``file.py:Class``
+    registered under that spelling (an `Env`) or served here for the run (an `Environment`)."""
+    if ":" not in spec or spec.startswith(("http://", "https://")):
+        return spec
+    from envsdk.env import Env, Environment
+    from envsdk.registry import envs, import_spec
+
+    target = import_spec(spec)
+    if isinstance(target, type) and issubclass(target, Env):
+        envs[spec] = target
+    elif isinstance(target, type) and issubclass(target, Environment):
+        _SERVED_HERE[spec] = target
+    else:
+        raise UsageError(f"--env {spec}: expected an Env or Environment subclass, got {target!r}")
+    return spec
+
+
+def _on_server(env: str, base_url: BaseUrls | None) -> bool:
+    return base_url is not None or env in EMBEDDED or env in _SERVED_HERE
+
+
+def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, where: str) -> None:
+    on_server = _on_server(env, config.get("base_url"))
+    if args.scheduler in _SERVER_SCHEDULERS and not on_server:
+        raise UsageError(
+            f"{where}: --scheduler {args.scheduler} plays environment servers, but {env} has no "
+            f"base URL: give --base-url URL (or env_config.base_url), or drop --scheduler to play {env} here"
+        )
+    if args.scheduler is None or args.scheduler in ("gym", "openenv", "sudoku", "tools"):
+        check_env_config(env, config, on_server=on_server, where=where)
+
+
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
+    for url in args.base_url or []:
+        check_base_url(url)
     base_url: BaseUrls | None = (
         args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url
     )
@@ -503,26 +698,29 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             policies[env] = _policy_for(args, env)
         return policies[env]
 
+    default_env = _env_name(args.env) if args.env is not None else None
     if args.dataset is not None:
-        rows = load_dataset(args.dataset)
+        rows = load_dataset(args.dataset, default_env)
         groups: dict[tuple[str, bool], list[RolloutRequest]] = {}
-        for row in rows:
+        for line, row in enumerate(rows, start=1):
             config = row.env_config
-            check_env_name(config["name"], config.get("base_url") or base_url)
-            if base_url is not None and "base_url" not in config:
-                row.data_dict["env_config"] = {**config, "base_url": base_url}
-            groups.setdefault((config["name"], "base_url" in row.env_config), []).append(row)
+            if config.get("base_url") is None and base_url is not None:
+                row.data_dict["env_config"] = config = {**config, "base_url": base_url}
+            check_env_name(config["name"], config.get("base_url"))
+            _check_rows(config["name"], config, args, f"{args.dataset} line {line}")
+            groups.setdefault((config["name"], "base_url" in config), []).append(row)
         return [
             Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None)
             for (env, remote), group in groups.items()
         ]
-    if args.env is None:
+    if default_env is None:
         raise UsageError("give --env NAME (or --dataset ROWS.jsonl)")
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-    check_env_name(args.env, base_url)
-    requests = make_requests(args.env, args.episodes, args.seed, base_url, args.env_config)
-    return [Batch(args.env, requests, policy(args.env), base_url)]
+    check_env_name(default_env, base_url)
+    _check_rows(default_env, {**(args.env_config or {}), "name": default_env}, args, "--env-config")
+    requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)
+    return [Batch(default_env, requests, policy(default_env), base_url)]
 
 
 def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
@@ -535,9 +733,17 @@ def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
             for url in [spec] if isinstance(spec, str) else spec if isinstance(spec, list) else []:
                 if url not in urls:
                     urls.append(url)
-    check_env_servers(urls, args.concurrency)
+    names = {}
+    if args.scheduler is None:
+        # Only the runner's own choice of scheduler: a plugin's may play servers under other names.
+        for batch in batches:
+            for request in batch.requests:
+                spec = request.env_config.get("base_url")
+                if isinstance(spec, str) and batch.env not in ("remote", *_SERVED_HERE):
+                    names.setdefault(spec, batch.env)
+    check_env_servers(urls, args.concurrency, names)
     if args.policy == "openai":
-        check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model)
+        check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model, args.api_key)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -556,17 +762,19 @@ def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:
         return None
     kinds = Counter(t.error_kind or "unknown" for t in trajectories)
     kind, count = kinds.most_common(1)[0]
-    example = next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind)
+    example = " ".join(str(next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind)).split())
     hint = _WHAT_TO_DO.get(kind)
+    steps = sum(len(t.steps) for t in trajectories)
+    head = f"every episode ended in an error ({steps} steps ran)" if steps else "no episode ran"
     return (
-        f"no episode ran: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
+        f"{head}: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
         + (f"; {hint}" if hint else "")
     )
 
 
 #: What to do about the errors that stop every episode, by error kind.
 _WHAT_TO_DO = {
-    "ConnectError": "is the server running at --base-url?",
+    "ConnectError": "is the environment server running (--base-url)?",
     "CapacityError": "the server is full: lower --concurrency or restart it with a larger MAX_CONCURRENT_ENVS",
     "AuthenticationError": "set ENVSDK_TOKEN to the server's token",
     "InferenceConnectionError": "is the inference server running at --api-base?",
@@ -598,6 +806,13 @@ def rollout_command(args: argparse.Namespace) -> int:
     except PreflightError as exc:
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
+    with_messages = sum(1 for b in batches for r in b.requests if r.messages)
+    if with_messages:
+        print(
+            f"note: the `messages` of {with_messages} rows are not sent: each episode's prompt is its "
+            "environment's reset observation (as ms-swift's gym scheduling does)",
+            file=sys.stderr,
+        )
     finished: list[Trajectory] = []
     started = time.perf_counter()
     try:
@@ -625,6 +840,14 @@ def rollout_command(args: argparse.Namespace) -> int:
         print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
     if args.out:
         print(f"\ntrajectories written to {args.out}")
+    if report.stopped is not None:
+        steps = sum(len(t.steps) for t in report.trajectories)
+        print(
+            f"envsdk rollout: error: stopped after {report.stopped}; {steps} steps ran in "
+            f"{len(report.trajectories)} episodes before; is the environment server still running?",
+            file=sys.stderr,
+        )
+        return 1
     failure = _no_episode_ran(report.trajectories)
     if failure is not None:
         print(f"envsdk rollout: error: {failure}", file=sys.stderr)

@@ -67,6 +67,7 @@ from envsdk.protocol import (
     decode_reply,
     encode,
 )
+from envsdk.rewards.parts import non_finite
 from envsdk.tools import ToolSpec
 from envsdk.types import StepResult
 
@@ -155,6 +156,10 @@ def websocket_url(base_url: str) -> str:
             f"base_url must be an http://, https://, ws:// or wss:// URL with a host, got {base_url!r}"
         )
     path = parts.path.rstrip("/")
+    if path.endswith("/web"):
+        # The page's address, copied from the browser: the session lives at the server's root.
+        root = urlunsplit((parts.scheme, parts.netloc, path[: -len("/web")], "", ""))
+        raise ValueError(f"{base_url!r} is the server's web page, not its API: use the base URL {root!r}")
     if not path.endswith(WS_PATH):
         path += WS_PATH
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
@@ -374,6 +379,11 @@ class EnvClient:
             )
 
     def _action_data(self, action: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+        if not isinstance(action, (Mapping, BaseModel)):
+            raise TypeError(
+                f"step() takes the action as a dict of its fields (or a pydantic model), got "
+                f"{type(action).__name__}: for a text action send e.g. {{'message': {action!r}}}"
+            )
         if isinstance(action, BaseModel):
             return action.model_dump(mode="json")
         if self.action_type is not None:
@@ -385,12 +395,17 @@ class EnvClient:
         if not isinstance(reply, ObservationReply):
             raise ProtocolError(f"Expected an observation reply to {what}, got {reply.type!r}")
         data = reply.data
+        metadata = (data.model_extra or {}).get("metadata") or {}
+        problem = non_finite(data.reward, metadata) or non_finite(None, data.observation.get("metadata"))
+        if problem is not None:
+            # JSON has no NaN: some peer wrote a non-standard literal. Taken as a number, or as
+            # the null an envsdk server would never send, it would poison a training signal.
+            raise ProtocolError(f"The server's {what} reply carries {problem}: rewards must be finite numbers")
         reward = None if data.reward is None else float(data.reward)
         body = dict(data.observation)
         observation: Any = body
         if self.observation_type is not None:
             observation = self.observation_type.model_validate({**body, "reward": data.reward, "done": data.done})
-        metadata = (data.model_extra or {}).get("metadata") or {}
         return StepResult(observation=observation, reward=reward, done=data.done, metadata=dict(metadata))
 
     async def _request(self, what: str, make: Callable[[str | None], BaseModel]) -> _Reply:

@@ -327,6 +327,8 @@ class FrozenLakeEnv(Env):
     `FrozenLakeRubric`: its parts go into ``info["reward_components"]``, the reward stays 0/1.
     """
 
+    CONFIG_KEYS = frozenset({"size", "p", "map", "rubric"})
+
     def __init__(self, env_config: dict[str, Any] | None = None) -> None:
         super().__init__(env_config)
         self.game: FrozenLakeGame | None = None
