@@ -17,6 +17,24 @@ to a peer that did not ask for them:
 * error codes ``TIMEOUT``, ``NOT_RESET``, ``EPISODE_DONE``, ``FRAME_TOO_LARGE``,
   ``RESUME_FAILED``, ``UNAUTHORIZED``, ``SHUTTING_DOWN``, ``ID_REUSED``.
 
+What a peer that did not ask gets instead of each extension code (a peer asks by the
+``session`` handshake, or by an ``id`` on the request; `code_for_peer`):
+
+* ``NOT_RESET`` (a step before the first reset, or after a call timed out) and
+  ``EPISODE_DONE`` (a step after ``done``): ``EXECUTION_ERROR`` with the same message. OpenEnv
+  hands such a step to the env, and an env that refuses it raises: an ``EXECUTION_ERROR``
+  there too. envsdk refuses it without calling the env.
+* ``TIMEOUT``, ``FRAME_TOO_LARGE``, ``SHUTTING_DOWN``, ``UNAUTHORIZED``: sent as they are.
+  OpenEnv has no deadlines, frame limit, drain or token, so no code of its own for these;
+  its client reports any code the same way (``RuntimeError("Server error: <message> (code:
+  <code>)")``), so the precise one costs it nothing.
+* ``RESUME_FAILED``, ``ID_REUSED``: only ever answer an extension (a resume, a request id).
+
+Rewards: JSON has no NaN or infinity. A non-finite reward or reward part is never sent (as
+``null`` it would read as "no reward" or "not evaluated"): the server answers the step with
+``EXECUTION_ERROR`` naming the value, and the envsdk client refuses such a value from any
+server with `envsdk.errors.ProtocolError`.
+
 Server and client both build and read frames through this module only.
 """
 
@@ -36,6 +54,7 @@ __all__ = [
     "WS_PATH",
     "SHUTDOWN_CLOSE_REASON",
     "ErrorCode",
+    "code_for_peer",
     "CloseCode",
     "ResetRequest",
     "StepRequest",
@@ -101,6 +120,15 @@ class ErrorCode(str, Enum):
     UNAUTHORIZED = "UNAUTHORIZED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
     ID_REUSED = "ID_REUSED"
+
+
+_PLAIN_PEER_CODES = {ErrorCode.NOT_RESET: ErrorCode.EXECUTION_ERROR, ErrorCode.EPISODE_DONE: ErrorCode.EXECUTION_ERROR}
+
+
+def code_for_peer(code: ErrorCode, extended: bool) -> ErrorCode:
+    """The code to send for `code` to a peer that asked for envsdk's extensions (`extended`)
+    or did not (a plain OpenEnv client): see the module docstring."""
+    return code if extended else _PLAIN_PEER_CODES.get(code, code)
 
 
 class CloseCode(int, Enum):

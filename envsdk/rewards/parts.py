@@ -13,6 +13,14 @@ evaluated on this step (e.g. after a `Sequential` stopped early). The rubric's o
 the step's reward when the environment says so (OpenEnv's ``obs.reward =
 self._apply_rubric(action, obs)``).
 
+An environment written against OpenEnv's own classes scores with OpenEnv's
+``_apply_rubric``, which returns the scalar only: the server reads its rubric's named parts
+after each step (`clear_parts` before it, `record_parts` after) and sends them the same way,
+unless the step put ``reward_components`` in the metadata itself.
+
+JSON has no NaN or infinity, and a null part means "not evaluated": a non-finite reward or
+part is refused, never sent (`non_finite`).
+
 Schedulers keep each step's parts (`StepRecord.components`) and give the episode's value of
 each part in ``rollout_infos["reward_parts"]``: the sum of its step values (steps where it
 was not evaluated add nothing), as an episode's reward is the sum of its step rewards.
@@ -21,6 +29,7 @@ was not evaluated add nothing), as an episode's reward is the sum of its step re
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +44,9 @@ __all__ = [
     "components_from",
     "episode_parts",
     "evaluated",
+    "clear_parts",
+    "record_parts",
+    "non_finite",
 ]
 
 #: The metadata (wire) / info (local `Env`) key holding a step's named parts.
@@ -132,3 +144,43 @@ def episode_parts(steps: Iterable[Mapping[str, float | None]]) -> dict[str, floa
 def evaluated(parts: Mapping[str, float | None] | None) -> dict[str, float]:
     """The parts that were evaluated (not None): what a step record keeps."""
     return {name: value for name, value in (parts or {}).items() if value is not None}
+
+
+def clear_parts(rubric: Any) -> list[tuple[str, Any]]:
+    """Before a step: forget every named part's last score (so that a part the step does not
+    evaluate reads None after it) and return the parts, for `record_parts`."""
+    return _clear(rubric)
+
+
+def record_parts(observation: Any, named: list[tuple[str, Any]]) -> None:
+    """After a step: put the parts `named` (from `clear_parts`) scored during the step into
+    ``observation.metadata[REWARD_COMPONENTS]``, unless the step put parts there itself or
+    evaluated none (the rubric did not run)."""
+    metadata = getattr(observation, "metadata", None)
+    if not named or not isinstance(metadata, dict) or REWARD_COMPONENTS in metadata:
+        return
+    parts = _collect(named)
+    if any(value is not None for value in parts.values()):
+        metadata[REWARD_COMPONENTS] = parts
+
+
+def _is_non_finite(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, numbers.Integral)
+        and not math.isfinite(value)
+    )
+
+
+def non_finite(reward: Any, metadata: Mapping[str, Any] | None) -> str | None:
+    """What is not a finite number among a step's `reward` and its parts
+    (``metadata[REWARD_COMPONENTS]``), e.g. ``"a non-finite reward (nan)"``; None when all are
+    finite (or absent)."""
+    if _is_non_finite(reward):
+        return f"a non-finite reward ({reward})"
+    parts = metadata.get(REWARD_COMPONENTS) if isinstance(metadata, Mapping) else None
+    if isinstance(parts, Mapping):
+        for name, value in parts.items():
+            if _is_non_finite(value):
+                return f"a non-finite reward part {str(name)[:256]!r} ({value})"
+    return None

@@ -77,6 +77,8 @@ _HTTP_STATUS = {
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.SHUTTING_DOWN: 503,
 }
+OPENENV_API_VERSION = "1.0.0"
+"""The OpenEnv HTTP API version these apps implement (their OpenAPI ``info.version``)."""
 _BINARY_FRAME = "Binary frames are not accepted: send each request as a JSON text frame"
 
 
@@ -94,6 +96,7 @@ def create_app(
     observation_type: type[BaseModel] | None,
     *,
     state_type: type[BaseModel] = State,
+    reset_observation_type: type[BaseModel] | None = None,
     config: ServerConfig | None = None,
     **config_overrides: Any,
 ) -> FastAPI:
@@ -102,9 +105,13 @@ def create_app(
     with OpenEnv's TypeError. `action_type` / `observation_type` None: envsdk's base `Action` /
     `Observation` (an env driven by its tools, as OpenEnv's ``create_fastapi_app(env, None, None)``).
 
+    `reset_observation_type` (OpenEnv's ``reset_observation_cls``): the model of reset's
+    observation published as ``reset_observation`` in ``/schema``; default `observation_type`.
+
     `config_overrides` are `ServerConfig` fields applied on top of `config` (or the defaults):
     ``create_app(Env, A, O, max_concurrent_envs=4)``. The app's lifespan shutdown closes every
-    env and the pools; ``app.state.envsdk_config`` is the effective config.
+    env and the pools; a new lifespan (the app served again) takes sessions again, as OpenEnv's
+    apps do. ``app.state.envsdk_config`` is the effective config.
     """
     if not callable(env_factory):
         # OpenEnv's own words, at build time rather than at the first connection.
@@ -114,6 +121,7 @@ def create_app(
         )
     action_type = action_type or Action
     observation_type = observation_type or Observation
+    reset_observation = reset_observation_type or observation_type
     base = config or ServerConfig()
     cfg = ServerConfig.model_validate({**base.model_dump(), **config_overrides}) if config_overrides else base
     env_class = env_factory if isinstance(env_factory, type) else None
@@ -136,6 +144,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # A previous lifespan's shutdown refused new sessions; this one serves again.
+        table.reopen()
+        drain.draining = False
         reaper = asyncio.ensure_future(_reap_forever(table)) if cfg.idle_timeout_s else None
         try:
             yield
@@ -145,7 +156,9 @@ def create_app(
             await table.close_all()
             executors.shutdown()
 
-    app = FastAPI(title=name, description=spec.description, lifespan=lifespan)
+    # OpenAPI's info.version is the HTTP API's version, which `openenv validate` reads to rate
+    # a server: OpenEnv's API 1.x is what this app speaks (the env's own version is in /metadata).
+    app = FastAPI(title=name, description=spec.description, version=OPENENV_API_VERSION, lifespan=lifespan)
     app.state.envsdk_config = cfg
     app.state.envsdk_sessions = table
     drain = _Drain(table)
@@ -236,6 +249,7 @@ def create_app(
         return {
             "action": action_type.model_json_schema(),
             "observation": observation_type.model_json_schema(),
+            "reset_observation": reset_observation.model_json_schema(),
             "state": state_type.model_json_schema(),
         }
 
@@ -244,6 +258,7 @@ def create_app(
         return metrics.render(
             active_sessions=table.active, max_sessions=cfg.max_concurrent_envs,
             lane_threads=executors.live_lanes, abandoned_threads=executors.abandoned_threads,
+            loop_stalls=table.stalls.counts, loop_stall_seconds=table.stalls.seconds,
         )
 
     if cfg.mode == "production":

@@ -139,6 +139,14 @@ class ServerConfig(BaseModel):
         "of waking the loop up again, which dominates for calls of microseconds. 0: never wait. "
         "Default: ENVSDK_LANE_WAIT_S, else 0.001.",
     )
+    loop_stall_s: float | None = Field(
+        default=0.1,
+        gt=0,
+        description="An `async def` env method (or tool) that holds the event loop longer than this "
+        "between two awaits blocks every session: each such stretch is counted in /metrics "
+        "(`envsdk_loop_stalls_total`, by env class and method) and logged (the first one, then at "
+        "most one line a minute per method). None: not measured.",
+    )
     max_frame_bytes: int = Field(
         default=DEFAULT_MAX_FRAME_BYTES,
         ge=64,

@@ -74,6 +74,22 @@ above are why it is kept.)
 
 Lane threads are daemons and nothing joins them, so a process told to exit exits even while
 an env call never returns.
+
+``async def`` methods that block
+--------------------------------
+A coroutine runs on the loop on trust: while it computes or sleeps without awaiting, every
+session waits. `LoopStalls` notices it where it happens: every env coroutine is driven through
+a thin proxy that reads the clock around each stretch it runs (each ``send`` into it, from one
+await to the next); a stretch over ``loop_stall_s`` (0.1 s by default) is counted in /metrics
+by env class and method (``envsdk_loop_stalls_total``, ``envsdk_loop_stall_seconds_total``)
+and logged, the first time with what to do about it and then at most once a minute per method.
+This costs two clock reads per stretch (a trivial async step is one stretch), and it names the
+method for certain, since it is that method's coroutine being resumed. A watchdog thread
+sampling a loop heartbeat was the alternative: it could also report a stretch while it is still
+running, but it wakes the process forever to catch a rare fault, and it still needs the same
+bookkeeping to know whose code holds the loop. Neither can end the stretch (nothing preempts
+code on the loop, deadlines included): the cure is a plain ``def``, which runs on the lane
+under its deadline.
 """
 
 from __future__ import annotations
@@ -92,7 +108,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TypeVar
 
-__all__ = ["Executors", "Lane", "LaneCall", "EnvAborted", "run_in_process", "is_async_callable"]
+__all__ = ["Executors", "Lane", "LaneCall", "EnvAborted", "LoopStalls", "run_in_process", "is_async_callable"]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -459,3 +475,80 @@ async def run_in_process(fn: Callable[..., T], *args: Any) -> T:
     if executors is None:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
     return await executors.run_in_process(fn, *args)
+
+
+class LoopStalls:
+    """Counts and logs the stretches env coroutines hold the event loop longer than
+    `threshold_s` between two awaits (see the module docstring). On the loop only."""
+
+    MAX_METHODS = 64  # distinct labels kept in /metrics; later ones count as "other"
+    LOG_EVERY_S = 60.0
+
+    def __init__(self, threshold_s: float | None) -> None:
+        self.threshold_s = threshold_s
+        self.counts: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+        self._logged: dict[str, tuple[float, int]] = {}  # label -> (when last logged, count then)
+
+    def watch(self, coro: Any, owner: Any, kind: str) -> Any:
+        """`coro` (a coroutine of `owner`'s `kind` call), timed stretch by stretch."""
+        if self.threshold_s is None or not inspect.iscoroutine(coro):
+            return coro
+        return _Watched(coro, self, owner, kind)
+
+    def report(self, owner: Any, kind: str, held_s: float) -> None:
+        label = f"{getattr(owner, '__name__', type(owner).__name__)}.{kind}"
+        if label not in self.counts and len(self.counts) >= self.MAX_METHODS:
+            label = "other"
+        count = self.counts[label] = self.counts.get(label, 0) + 1
+        self.seconds[label] = self.seconds.get(label, 0.0) + held_s
+        now = time.monotonic()
+        last = self._logged.get(label)
+        if last is None:
+            logger.warning(
+                "%s held the event loop for %.3f s without awaiting: every session waited. An async "
+                "def env method must not block; make it a plain def (it then runs on the session's "
+                "lane thread, under its deadline) or await the slow part (asyncio.to_thread, "
+                "envsdk.server.run_in_process). Counted in /metrics as envsdk_loop_stalls_total.",
+                label, held_s,
+            )
+        elif now - last[0] >= self.LOG_EVERY_S:
+            logger.warning(
+                "%s held the event loop %d more time(s) since the last report (latest %.3f s)",
+                label, count - last[1], held_s,
+            )
+        else:
+            return
+        self._logged[label] = (now, count)
+
+
+class _Watched:
+    """Awaitable proxy of a coroutine that reads the clock around each stretch it runs."""
+
+    __slots__ = ("_coro", "_stalls", "_owner", "_kind")
+
+    def __init__(self, coro: Any, stalls: LoopStalls, owner: Any, kind: str) -> None:
+        self._coro, self._stalls, self._owner, self._kind = coro, stalls, owner, kind
+
+    def __await__(self) -> Any:
+        coro, clock = self._coro, time.perf_counter
+        threshold = self._stalls.threshold_s or 0.0
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            started = clock()
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                held = clock() - started
+                if held > threshold:
+                    self._stalls.report(self._owner, self._kind, held)
+            try:
+                value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation (or any throw) goes to the coroutine
+                value, error = None, exc

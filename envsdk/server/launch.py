@@ -24,6 +24,7 @@ __all__ = [
     "handshake_timeout_http_protocol",
     "raise_open_files_limit",
     "redact_secrets_in_logs",
+    "route_envsdk_logs",
 ]
 
 logger = logging.getLogger("envsdk.server")
@@ -52,7 +53,8 @@ def serve(
     raised to the hard one (`raise_open_files_limit`), and the first SIGTERM or SIGINT drains it
     (see `envsdk.server.app`: requests in flight finish within ``drain_timeout_s``, clients
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
-    SIGINT stops waiting. Other keyword arguments go to `uvicorn.Config`. Secrets in query
+    SIGINT stops waiting. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
+    Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
@@ -73,6 +75,7 @@ def serve(
     drain = getattr(getattr(app_or_target, "state", None), "envsdk_drain", None)
     uv_config = uvicorn.Config(app_or_target, host=host, port=port, log_level=log_level, **uvicorn_kwargs)
     redact_secrets_in_logs()  # after uvicorn.Config, which (re)configures its loggers
+    route_envsdk_logs(log_level)
     if drain is None:
         uvicorn.Server(uv_config).run()
         return
@@ -315,3 +318,19 @@ def redact_secrets_in_logs() -> None:
         log = logging.getLogger(name)
         if not any(isinstance(f, _RedactSecrets) for f in log.filters):
             log.addFilter(_RedactSecrets())
+
+
+def route_envsdk_logs(log_level: str | int) -> None:
+    """Give envsdk's loggers (``envsdk.*``: env tracebacks, session lifecycle) uvicorn's
+    `log_level`, and, unless logging is configured already (a handler on ``envsdk`` or on the
+    root logger), a stderr handler in uvicorn's format. uvicorn configures only its own
+    loggers, so ``--log-level debug`` would otherwise never show envsdk's DEBUG lines."""
+    level = uvicorn.config.LOG_LEVELS.get(log_level.lower(), logging.INFO) if isinstance(log_level, str) else log_level
+    log = logging.getLogger("envsdk")
+    log.setLevel(level)
+    if not log.handlers and not logging.getLogger().handlers:
+        from uvicorn.logging import DefaultFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(name)s: %(message)s"))
+        log.addHandler(handler)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Mapping
 
 __all__ = ["Metrics", "STEP_LATENCY_BUCKETS_S"]
 
@@ -36,7 +37,16 @@ class Metrics:
         self._step_sum_s += seconds
         self._step_buckets[bisect.bisect_left(STEP_LATENCY_BUCKETS_S, seconds)] += 1
 
-    def render(self, *, active_sessions: int, max_sessions: int, lane_threads: int, abandoned_threads: int) -> str:
+    def render(
+        self,
+        *,
+        active_sessions: int,
+        max_sessions: int,
+        lane_threads: int,
+        abandoned_threads: int,
+        loop_stalls: Mapping[str, int] | None = None,
+        loop_stall_seconds: Mapping[str, float] | None = None,
+    ) -> str:
         lines = [
             "# HELP envsdk_lane_threads Lane threads serving sessions' synchronous env calls.",
             "# TYPE envsdk_lane_threads gauge",
@@ -78,6 +88,18 @@ class Metrics:
             "# TYPE envsdk_errors_total counter",
         ]
         lines += [f'envsdk_errors_total{{code="{code}"}} {n}' for code, n in sorted(self.errors.items())]
+        lines += [
+            "# HELP envsdk_loop_stalls_total Stretches an async env method ran on the event loop "
+            "past loop_stall_s without awaiting (every session waited), by env class and method.",
+            "# TYPE envsdk_loop_stalls_total counter",
+            *(f'envsdk_loop_stalls_total{{method="{m}"}} {n}' for m, n in sorted((loop_stalls or {}).items())),
+            "# HELP envsdk_loop_stall_seconds_total Seconds those stretches held the event loop.",
+            "# TYPE envsdk_loop_stall_seconds_total counter",
+            *(
+                f'envsdk_loop_stall_seconds_total{{method="{m}"}} {s}'
+                for m, s in sorted((loop_stall_seconds or {}).items())
+            ),
+        ]
         lines += [
             "# HELP envsdk_step_duration_seconds Time spent in env.step.",
             "# TYPE envsdk_step_duration_seconds histogram",

@@ -55,6 +55,7 @@ import secrets
 import sys
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ from envsdk.env import Environment
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
+    code_for_peer,
     SessionInfo,
     dumps,
     encode,
@@ -79,6 +81,7 @@ from envsdk.protocol import (
     shorten_input,
     validate_model,
 )
+from envsdk.rewards.parts import clear_parts, non_finite, record_parts
 from envsdk.server import mcp
 from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig
 from envsdk.server.executors import (
@@ -87,6 +90,7 @@ from envsdk.server.executors import (
     Lane,
     LaneCall,
     LaneLimit,
+    LoopStalls,
     is_async_callable,
 )
 from envsdk.server.metrics import Metrics
@@ -234,6 +238,7 @@ class SessionTable:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.stateless_calls = 0  # stateless HTTP calls running, each holding a slot
+        self.stalls = LoopStalls(config.loop_stall_s)
 
     @property
     def active(self) -> int:
@@ -442,6 +447,10 @@ class SessionTable:
                 self.destroy(session)
                 self.spawn(_close_quietly(connection, 1001, "idle timeout"))
 
+    def reopen(self) -> None:
+        """Take sessions again after `close_all`: the app is served again (a new lifespan)."""
+        self._closing = False
+
     async def close_all(self) -> None:
         """Server shutdown: refuse new sessions, end every call still running (its caller
         hears SHUTTING_DOWN; a thread still in env code is written off), destroy every
@@ -491,18 +500,64 @@ class SessionTable:
                 self.metrics.resets += 1
             else:
                 action = validate_model(self.spec.action_type, data)
-                obs = await session.call_env("step", env.step, (action,))
+                obs = await session._env_step(env, action)
             body, reward, done, metadata = observation_parts(obs)
+            _refuse_non_finite(type(env).__name__, what, reward, metadata)
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
 
 
 def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
     name = getattr(owner, "__name__", type(owner).__name__)
-    logger.warning("%s.%s raised %s: %s", name, kind, type(exc).__name__, exc)
-    logger.debug("traceback of %s.%s", name, kind, exc_info=exc)
-    if isinstance(exc, EnvAborted):
-        return FrameError(ErrorCode.EXECUTION_ERROR, f"{kind} raised {exc}")
-    return FrameError(ErrorCode.EXECUTION_ERROR, str(exc) or type(exc).__name__)
+    cause = exc.cause if isinstance(exc, EnvAborted) else exc
+    text = str(cause)
+    # The env's own words, bounded: an exception may carry client input of any size.
+    message = f"{name}.{kind} raised {type(cause).__name__}" + (f": {shorten_input(text)}" if text else "")
+    key = (name, kind, type(cause).__name__)
+    now = time.monotonic()
+    if now - _TRACEBACK_LOGGED.get(key, -_TRACEBACK_EVERY_S) >= _TRACEBACK_EVERY_S:
+        # The author needs the traceback once, not on every step that fails the same way.
+        if len(_TRACEBACK_LOGGED) >= 1024:
+            _TRACEBACK_LOGGED.clear()
+        _TRACEBACK_LOGGED[key] = now
+        logger.warning("%s\n%s", message, _bounded_traceback(cause))
+    else:
+        logger.warning("%s", message)
+        logger.debug("%s\n%s", message, _bounded_traceback(cause))
+    return FrameError(ErrorCode.EXECUTION_ERROR, message)
+
+
+_TRACEBACK_EVERY_S = 60.0
+_TRACEBACK_LOGGED: dict[tuple[str, str, str], float] = {}
+_TRACEBACK_FRAMES = 16
+_TRACEBACK_LINE_CHARS = 1000
+
+
+def _bounded_traceback(exc: BaseException) -> str:
+    """Where `exc` was raised: its innermost `_TRACEBACK_FRAMES` frames, each line cut to
+    `_TRACEBACK_LINE_CHARS` characters (the message itself is logged beside, shortened)."""
+    lines = traceback.format_tb(exc.__traceback__, limit=-_TRACEBACK_FRAMES)
+    body = "".join(line if len(line) <= _TRACEBACK_LINE_CHARS else line[:_TRACEBACK_LINE_CHARS] + "...\n" for line in lines)
+    return f"Traceback (most recent call last):\n{body}".rstrip("\n")
+
+
+def _step_with_parts(step: Callable[[Any], Any], rubric: Any, action: Any) -> Any:
+    """`step(action)` with `rubric`'s parts recorded in the observation (see `Session._env_step`)."""
+    named = clear_parts(rubric)
+    obs = step(action)
+    record_parts(obs, named)
+    return obs
+
+
+def _refuse_non_finite(name: str, kind: str, reward: Any, metadata: dict[str, Any] | None) -> None:
+    """EXECUTION_ERROR for a non-finite reward or reward part: JSON cannot carry it, and the
+    null it would become reads as "no reward" or "not evaluated"."""
+    problem = non_finite(reward, metadata)
+    if problem is not None:
+        logger.warning("%s.%s returned %s", name, kind, problem)
+        raise FrameError(
+            ErrorCode.EXECUTION_ERROR,
+            f"{name}.{kind} returned {problem}: rewards and reward parts must be finite numbers; the {kind} was applied",
+        )
 
 
 async def _close_quietly(connection: Connection, code: int, reason: str) -> None:
@@ -696,7 +751,7 @@ class Session:
         if plan.is_async:
             loop = self.table.executors.loop()
             try:
-                task = loop.create_task(_guarded(fn(*args, **kwargs)))
+                task = loop.create_task(_guarded(self.table.stalls.watch(fn(*args, **kwargs), owner, kind)))
             except Exception as exc:
                 raise _execution_error(owner, kind, exc) from None
             outer: asyncio.Future[Any] = loop.create_future()
@@ -905,6 +960,9 @@ class Session:
                 return encode_mcp(await mcp.answer(self, request.data), request_id=rid)
             return await self._session_info(rid)
         except FrameError as exc:
+            code = code_for_peer(exc.code, self.resumable or rid is not None)
+            if code is not exc.code:
+                exc = FrameError(code, exc.message, **exc.details)
             self.table.metrics.errors[exc.code.value] += 1
             return encode(exc.to_reply(rid))
         except Exception as exc:  # a server bug must cost this request, not the connection
@@ -930,6 +988,7 @@ class Session:
                 ErrorCode.EXECUTION_ERROR, f"{name}.{kind} returned {type(obs).__name__}, not an observation: {exc}"
             ) from None
         self.phase = Phase.DONE if done else Phase.RUNNING
+        _refuse_non_finite(name, kind, reward, metadata)
         try:
             return encode_observation(body, reward, done, metadata=metadata, request_id=rid)
         except Exception as exc:
@@ -953,9 +1012,23 @@ class Session:
         table = self.table
         action = validate_model(table.spec.action_type, data)
         started = time.perf_counter()
-        obs = await self.call_env("step", env.step, (action,))
+        obs = await self._env_step(env, action)
         table.metrics.observe_step(time.perf_counter() - started)
         return self._observation_frame(env, "step", obs, rid)
+
+    async def _env_step(self, env: Any, action: Any) -> Any:
+        """``env.step(action)`` as a step call; for an env with a rubric (OpenEnv's or
+        envsdk's), its named parts scored during the step go into the observation's metadata
+        (`envsdk.rewards.parts.record_parts`), on the thread the step runs on."""
+        rubric = getattr(env, "rubric", None)
+        if rubric is None or not callable(getattr(rubric, "named_rubrics", None)):
+            return await self.call_env("step", env.step, (action,))
+        if is_async_callable(env.step):
+            named = clear_parts(rubric)
+            obs = await self.call_env("step", env.step, (action,))
+            record_parts(obs, named)
+            return obs
+        return await self.call_env("step", _step_with_parts, (env.step, rubric, action))
 
     async def _reset(self, data: dict[str, Any], rid: str | None) -> str:
         table = self.table
@@ -991,7 +1064,9 @@ class Session:
     async def _session_info(self, rid: str | None) -> str:
         self.resumable = True
         episode_id, step_count = None, 0
-        if self.env is not None:
+        # Before the first reset there is no episode to report, and many envs (the README's
+        # among them) have no state to read yet.
+        if self.env is not None and self.phase in (Phase.RUNNING, Phase.DONE):
             try:
                 state = await self._read_state()
                 episode_id = state.get("episode_id")

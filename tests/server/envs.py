@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from envsdk.env import Environment
@@ -81,3 +82,85 @@ class CountingEnvironment(Environment[EchoAction, EchoObservation, State]):
 
     def close(self) -> None:
         type(self).closed += 1
+
+
+class RewardingEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """The step's reward is the message read as a float ("nan", "inf", "0.5")."""
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return EchoObservation(echoed_message="ready")
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        self._state.step_count += 1
+        return EchoObservation(echoed_message=action.message, reward=float(action.message))
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class MissingKeyEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """A bug in env code: "missing" looks up a key that is not there; "long" raises with a
+    100,000-character message."""
+
+    def __init__(self) -> None:
+        self._state = State()
+        self._table: dict[str, int] = {}
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return EchoObservation(echoed_message="ready")
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        if action.message == "long":
+            raise ValueError("x" * 100_000)
+        return EchoObservation(echoed_message=str(self._table["missing_key"]))
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class GuessEnv(Environment[EchoAction, EchoObservation, State]):
+    """Shaped like the README's env: its state exists only once reset has run."""
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return EchoObservation(echoed_message="ready")
+
+    def step(self, action: EchoAction) -> EchoObservation:
+        self._state.step_count += 1
+        return EchoObservation(echoed_message=action.message, done=action.message == "42")
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class BlockingAsyncEnvironment(Environment[EchoAction, EchoObservation, State]):
+    """Declared ``async def`` but blocks: "block:<s>" sleeps with time.sleep on the event loop;
+    "await:<s>" awaits asyncio.sleep (well behaved)."""
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    async def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EchoObservation:
+        self._state = State(episode_id=episode_id, step_count=0)
+        return EchoObservation(echoed_message="ready")
+
+    async def step(self, action: EchoAction) -> EchoObservation:
+        how, _, seconds = action.message.partition(":")
+        if how == "block":
+            time.sleep(float(seconds))
+        elif how == "await":
+            await asyncio.sleep(float(seconds))
+        self._state.step_count += 1
+        return EchoObservation(echoed_message=action.message)
+
+    @property
+    def state(self) -> State:
+        return self._state

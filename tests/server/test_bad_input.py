@@ -38,6 +38,10 @@ BAD_INPUTS: list[tuple[str, str | bytes, str]] = [
 def test_every_bad_input_gets_its_error_code_and_the_socket_survives(serve_echo):
     url = serve_echo(max_frame_bytes=4096)
     with connect(ws_url(url)) as ws:
+        # envsdk's own codes (NOT_RESET, EPISODE_DONE) go to a peer that did the handshake; a
+        # plain OpenEnv peer gets OpenEnv's (test_openenv_parity.py).
+        ws.send(frame(type="session"))
+        assert decode_reply(ws.recv(timeout=5)).type == "session"
         for what, raw, code in BAD_INPUTS:
             ws.send(raw)
             reply = decode_reply(ws.recv(timeout=5))

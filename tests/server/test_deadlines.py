@@ -40,6 +40,7 @@ def test_a_step_past_its_deadline_times_out_while_others_keep_stepping(serve_ech
     threads = [threading.Thread(target=keep_stepping, args=(ws,)) for ws in others]
     try:
         with connect(ws_url(url)) as slow:
+            assert _call(slow, frame(type="session"))["type"] == "session"  # envsdk's own codes, please
             _call(slow, RESET)
             for t in threads:
                 t.start()

@@ -68,7 +68,7 @@ def test_run_call_runs_on_the_session_lane_once_per_request_id_under_a_deadline(
         started = time.monotonic()
         hung = run(session.run_call("tool", time.sleep, 3.0, reply=_reply, deadline_s=0.2))
         assert hung["data"]["code"] == "TIMEOUT" and time.monotonic() - started < 2.0
-        ws.send(frame(type="step", data={"message": "x"}))  # a timed-out call ends the episode
+        ws.send(frame(type="step", data={"message": "x"}, id="s1"))  # a timed-out call ends the episode
         assert json.loads(ws.recv(timeout=10))["data"]["code"] == "NOT_RESET"
         ws.send(frame(type="reset", data={}))
         assert json.loads(ws.recv(timeout=10))["type"] == "observation"
