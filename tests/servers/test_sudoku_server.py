@@ -123,7 +123,8 @@ async def test_second_invalid_move_ends_the_game_with_the_fraction_then_steps_ar
         }
         refused = await session.step(f"[{r} {c} {moves[3][2]}]")
         assert refused["type"] == "error"
-        assert refused["data"]["code"] == "EPISODE_DONE"
+        # A plain OpenEnv peer (no handshake) gets OpenEnv's code for the refusal.
+        assert refused["data"]["code"] == "EXECUTION_ERROR" and "episode is over" in refused["data"]["message"]
         state = await session.call({"type": "state"})
         assert state["data"]["done"] is True and state["data"]["step_count"] == 5
 
