@@ -290,7 +290,8 @@ def make_scheduler(
     scheduler: str | None = None,
 ) -> MultiTurnScheduler:
     """The scheduler for `env`: the registered scheduler named `scheduler` when given; else
-    Sudoku → `SudokuScheduler`; another name with a base URL → `OpenEnvScheduler`; else a
+    Sudoku → `SudokuScheduler`; another name with a base URL → `ToolScheduler` when the server
+    lists tools (`envsdk.schedulers.tools.serves_tools`), else `OpenEnvScheduler`; else a
     registered local `Env` → `GYMScheduler` (raises `EnvNotFoundError`, listing the known names,
     when there is none).
 
@@ -324,7 +325,12 @@ def make_scheduler(
             base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
         )
     if base_url is not None:
-        return OpenEnvScheduler(
+        from envsdk.schedulers.tools import ToolScheduler, serves_tools
+
+        # A tool server played as a text env would never see a tool call: ask it (its /mcp).
+        first = base_url if isinstance(base_url, str) else base_url[0] if base_url else ""
+        remote = ToolScheduler if first.startswith(("http", "ws")) and serves_tools(first) else OpenEnvScheduler
+        return remote(
             base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
         )
     from envsdk.registry import envs

@@ -8,11 +8,15 @@ Each reads only the conversation it is given (OpenAI chat messages), exactly as 
 * Sudoku: TextArena's board text (``R1  4  8  . | …`` rows); the reply is ``[r c n]``.
 * FrozenLake: `envsdk.envs.frozen_lake`'s map rendering (rows of ``S F H G P`` separated by
   spaces, ``P`` on the player); the reply is ``<action>direction</action>``.
+* Tool environments: the ``<tools>`` block of the system message (one JSON function
+  description a line, as Qwen/Hermes chat templates and `ToolScheduler` write it); the reply is
+  ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` with arguments drawn from the schema.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 from collections import OrderedDict
@@ -37,6 +41,7 @@ __all__ = [
     "canonical_env_name",
     "SUPPORTED_ENVS",
     "GENERIC_REPLIES",
+    "listed_tools",
 ]
 
 SUPPORTED_ENVS = ("sudoku", "frozen_lake", "coding")
@@ -57,6 +62,8 @@ GENERIC_REPLIES: tuple[str, ...] = (
 )
 
 _DIRECTION_NAMES = tuple(DIRECTIONS)
+_TOOLS_BLOCK = re.compile(r"<tools>\s*(.*?)\s*</tools>", re.DOTALL)
+_WORDS = ("alpha", "beta", "gamma", "delta", "hello", "test")
 _GRID_LINE = re.compile(r"^[SFHGP](?: [SFHGP])+$")
 
 
@@ -81,12 +88,62 @@ def _user_texts_newest_first(messages: list[Message]) -> list[str]:
     return [message_text(m) for m in reversed(messages) if m.get("role") == "user"]
 
 
+def listed_tools(messages: list[Message]) -> list[dict[str, Any]]:
+    """The tools a conversation's system message offers (its ``<tools>`` block: one JSON
+    function description a line, ``{"type": "function", "function": {"name", "parameters"}}``
+    or the bare function), as ``{"name", "parameters"}`` dicts; [] when it offers none."""
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        found = _TOOLS_BLOCK.search(message_text(message))
+        if found is None:
+            continue
+        tools = []
+        for line in found.group(1).splitlines():
+            try:
+                described = json.loads(line)
+            except ValueError:
+                continue
+            function = described.get("function", described) if isinstance(described, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                tools.append({"name": function["name"], "parameters": function.get("parameters") or {}})
+        return tools
+    return []
+
+
+def _random_value(rng: random.Random, schema: Any) -> Any:
+    """A value that fits a JSON schema property: within ``minimum``/``maximum`` for numbers,
+    one of its ``enum``, a word for strings."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind is None and isinstance(schema.get("anyOf"), list):
+        kinds = [o for o in schema["anyOf"] if isinstance(o, dict) and o.get("type") not in (None, "null")]
+        return _random_value(rng, kinds[0]) if kinds else None
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        high = schema.get("maximum", schema.get("exclusiveMaximum", max(low, 0) + 100))
+        value = rng.randint(int(low), int(high)) if kind == "integer" else rng.uniform(float(low), float(high))
+        return value
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    return rng.choice(_WORDS)
+
+
 class RandomPolicy(Policy):
     """Random but well-formed moves: ``[r c n]`` with r, c, n uniform in 1–9 for Sudoku,
-    ``<action>d</action>`` with d uniform over the four directions for FrozenLake, and for any
-    other environment a reply drawn uniformly from `GENERIC_REPLIES`.
+    ``<action>d</action>`` with d uniform over the four directions for FrozenLake, a call of a
+    uniformly drawn tool with arguments drawn from its schema for a tool environment (one whose
+    system message lists tools), and for any other environment a reply drawn uniformly from
+    `GENERIC_REPLIES`.
 
-    The same `seed` gives the same sequence of replies; the conversation is not read.
+    The same `seed` gives the same sequence of replies; only a tool list is read from the
+    conversation.
     """
 
     def __init__(self, env_name: str, seed: int | None = None) -> None:
@@ -97,6 +154,12 @@ class RandomPolicy(Policy):
         self._rng = random.Random(seed)
 
     async def act(self, messages: list[Message]) -> str:
+        tools = listed_tools(messages)
+        if tools:
+            tool = self._rng.choice(tools)
+            properties = tool["parameters"].get("properties") or {}
+            arguments = {name: _random_value(self._rng, properties.get(name)) for name in tool["parameters"].get("required", [])}
+            return f"<tool_call>{json.dumps({'name': tool['name'], 'arguments': arguments})}</tool_call>"
         if self.env_name == "sudoku":
             r, c, n = (self._rng.randint(1, 9) for _ in range(3))
             return f"[{r} {c} {n}]"

@@ -13,9 +13,14 @@ server.
   the reset parameters when they can be read from the env's ``reset`` signature, the env's
   panel (if any), and for a tool env its tools (name, description, input schema): the page
   then shows a tool picker, one form per tool from its schema, and calls the tool over ``/ws``
-  (``{"type": "mcp"}``).
+  (``{"type": "mcp"}``). An env that must be built to list its tools (an OpenEnv
+  ``MCPEnvironment``) is built once, as a session's env: within ``max_concurrent_envs`` and under
+  the factory deadline (503 while no slot is free).
 * ``POST /web/api/render`` — an observation as the page shows it (`WebView`): the env's
   render hook when it has one, else its text.
+* ``POST /web/api/model_view`` — ``{"observation", "previous", "formatter"?}`` → ``{"text"}``:
+  what a model reads for that observation, rendered by the schedulers' own function
+  (`envsdk.formats`, ``"text"`` unless another registered formatter is named).
 
 The render hook: an environment class may define ``render_web(observation) -> WebView`` (a
 static or class method) giving text or HTML for its observation and the legal actions (shown as
@@ -191,6 +196,19 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
         except Exception as exc:  # the env's own code: its failure is the page's to show
             raise HTTPException(500, detail=f"render_web raised {type(exc).__name__}: {exc}") from None
         return view if isinstance(view, WebView) else WebView(text=str(view))
+
+    @app.post(WEB_PATH + "/api/model_view")
+    async def web_model_view(body: dict[str, Any] = Body(...)) -> dict[str, str]:
+        # The very function the schedulers call, so the page shows the model's characters.
+        from envsdk.formats import DEFAULT_FORMATTER, formatters
+
+        observation, previous = body.get("observation"), body.get("previous")
+        name = body.get("formatter") or DEFAULT_FORMATTER
+        if not isinstance(observation, dict) or not (previous is None or isinstance(previous, dict)):
+            raise HTTPException(422, detail="expected {'observation': {...}, 'previous': {...} or null}")
+        if not isinstance(name, str) or name not in formatters:
+            raise HTTPException(422, detail=f"unknown formatter {name!r}; known: {', '.join(sorted(formatters))}")
+        return {"formatter": name, "text": formatters[name](observation, previous)}
 
     if panel is not None:
         if panel.router is not None:

@@ -18,6 +18,7 @@
     ws: null,            // the open WebSocket, or null
     waiting: [],         // resolvers of requests sent, in order (one reply per request, in order)
     observation: null,   // the last observation body
+    modelPrevious: null, // the observation the model read before the last one (null after a reset)
     stepCount: 0,        // steps answered with an observation since the reset
     panel: null,         // the env's panel ({onReset, onStep, show}), when it has one
     done: false,
@@ -156,6 +157,7 @@
       }
       const obs = reply.data.observation || {};
       page.observation = obs;
+      page.modelPrevious = null;
       page.done = Boolean(reply.data.done);
       page.stepCount = 0;
       if (page.panel && page.panel.onReset) page.panel.onReset(obs);
@@ -173,6 +175,10 @@
     const field = page.info && page.info.text_field;
     if (field && !$("action-as-json").checked) {
       return { action: { [field]: $("action-text").value }, message: $("action-text").value };
+    }
+    if (!field && !$("action-as-json").checked) {
+      const action = readForm($("action-form"));
+      return { action, message: JSON.stringify(action) };
     }
     const action = parseObject($("action-json").value, "the action");
     const message = field && typeof action[field] === "string" ? action[field] : JSON.stringify(action);
@@ -197,6 +203,7 @@
         return;
       }
       const obs = reply.data.observation || {};
+      page.modelPrevious = page.observation;
       page.observation = obs;
       page.done = Boolean(reply.data.done);
       page.stepCount += 1;
@@ -243,8 +250,7 @@
     showVerdict(obs.last_move);
     showParts((data.metadata || {}).reward_components);
     $("obs-json").textContent = JSON.stringify(data, null, 2);
-    // OpenEnvScheduler's default format_observation: the observation as JSON.
-    $("model-view").textContent = JSON.stringify(obs);
+    await showModelView(obs);
     let view = null;
     try {
       view = await postJSON("/web/api/render", { observation: obs });
@@ -261,6 +267,18 @@
       }
     }
     return view;
+  }
+
+  // What the model reads, rendered by the server with the schedulers' own function, so the
+  // characters are the ones a model gets (a transcript: only what is new since the last one).
+  async function showModelView(obs) {
+    try {
+      const reply = await postJSON("/web/api/model_view", { observation: obs, previous: page.modelPrevious });
+      $("model-view").textContent = reply.text;
+    } catch (err) {
+      $("model-view").textContent = "";
+      showError(`cannot render what the model reads: ${err.message}`);
+    }
   }
 
   function showView(view) {
@@ -385,22 +403,29 @@
     return (page.info.tools || []).find((t) => t.name === name);
   }
 
-  function showToolForm() {
-    const tool = toolByName($("tool-select").value);
-    const form = $("tool-form");
+  // The JSON type of a schema property: its "type", or the first non-null one of an anyOf
+  // (pydantic writes `int | None` that way); "string" when it says none.
+  function kindOf(prop) {
+    if (prop.type) return prop.type;
+    const options = Array.isArray(prop.anyOf) ? prop.anyOf.filter((o) => o.type && o.type !== "null") : [];
+    return options.length ? options[0].type : "string";
+  }
+
+  // One labelled input per property of a JSON object schema (a tool's arguments, an action's
+  // fields): numbers, checkboxes, text, and JSON boxes for objects and arrays.
+  function buildForm(form, schema, skip) {
     form.replaceChildren();
-    if (!tool) return;
-    $("tool-description").textContent = tool.description || "";
-    const schema = tool.inputSchema || {};
     const required = new Set(schema.required || []);
     for (const [name, prop] of Object.entries(schema.properties || {})) {
+      if (skip && skip.has(name)) continue;
+      const kind = kindOf(prop);
       const label = document.createElement("label");
       label.textContent = `${name}${required.has(name) ? "" : " (optional)"} `;
-      const input = document.createElement(prop.type === "object" || prop.type === "array" ? "textarea" : "input");
+      const input = document.createElement(kind === "object" || kind === "array" ? "textarea" : "input");
       input.dataset.arg = name;
-      input.dataset.kind = prop.type || "string";
-      if (prop.type === "integer" || prop.type === "number") input.type = "number";
-      else if (prop.type === "boolean") input.type = "checkbox";
+      input.dataset.kind = kind;
+      if (kind === "integer" || kind === "number") input.type = "number";
+      else if (kind === "boolean") input.type = "checkbox";
       else if (input.tagName === "INPUT") input.type = "text";
       if (prop.description) input.title = prop.description;
       label.appendChild(input);
@@ -408,9 +433,9 @@
     }
   }
 
-  function readToolArguments() {
+  function readForm(form) {
     const args = {};
-    for (const input of $("tool-form").querySelectorAll("[data-arg]")) {
+    for (const input of form.querySelectorAll("[data-arg]")) {
       const kind = input.dataset.kind;
       if (kind === "boolean") args[input.dataset.arg] = input.checked;
       else if (input.value === "") continue;
@@ -421,12 +446,28 @@
     return args;
   }
 
+  function showToolForm() {
+    const tool = toolByName($("tool-select").value);
+    $("tool-form").replaceChildren();
+    if (!tool) return;
+    $("tool-description").textContent = tool.description || "";
+    buildForm($("tool-form"), tool.inputSchema || {});
+  }
+
+  // A tool env keeps its reward in its state (`reward`), not in a step's reply: show it after
+  // every call.
+  async function showStateReward() {
+    const reply = await request({ type: "state" });
+    const reward = reply.type === "state" && reply.data ? reply.data.reward : undefined;
+    if (typeof reward === "number") $("reward").textContent = fmt(reward);
+  }
+
   async function doCallTool() {
     clearError();
     const name = $("tool-select").value;
     let args;
     try {
-      args = readToolArguments();
+      args = readForm($("tool-form"));
     } catch (err) {
       showError(`arguments: ${err.message}`);
       return;
@@ -450,6 +491,7 @@
         $("tool-result").textContent = JSON.stringify(rpc.result.data, null, 2);
         addHistory(`${shown} → ${JSON.stringify(rpc.result.data)}`, false);
       }
+      await showStateReward();
     } catch (err) {
       showError(err.message);
     } finally {
@@ -486,13 +528,14 @@
       $("action-json").value = JSON.stringify({ [field]: "" });
       $("action-text").placeholder = page.info.action_placeholder || "";
     } else {
-      $("action-as-json").checked = true;
-      $("action-as-json").parentElement.hidden = true;
+      // No single text field: one input per action field, from the action's schema.
+      buildForm($("action-form"), page.info.action_schema || {}, new Set(["metadata"]));
     }
     const syncActionInputs = () => {
       const asJSON = $("action-as-json").checked;
       $("action-json-label").hidden = !asJSON;
-      $("action-text-row").hidden = asJSON;
+      $("action-text-row").hidden = asJSON || !field;
+      $("action-form").hidden = asJSON || Boolean(field);
     };
     $("action-as-json").addEventListener("change", syncActionInputs);
     syncActionInputs();
