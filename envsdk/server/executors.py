@@ -525,7 +525,7 @@ class LoopStalls:
 class _Watched:
     """Awaitable proxy of a coroutine that reads the clock around each stretch it runs."""
 
-    __slots__ = ("_coro", "_stalls", "_owner", "_kind")
+    __slots__ = ("_coro", "_kind", "_owner", "_stalls")
 
     def __init__(self, coro: Any, stalls: LoopStalls, owner: Any, kind: str) -> None:
         self._coro, self._stalls, self._owner, self._kind = coro, stalls, owner, kind

@@ -89,8 +89,10 @@ class Metrics:
         ]
         lines += [f'envsdk_errors_total{{code="{code}"}} {n}' for code, n in sorted(self.errors.items())]
         lines += [
-            "# HELP envsdk_loop_stalls_total Stretches an async env method ran on the event loop "
-            "past loop_stall_s without awaiting (every session waited), by env class and method.",
+            (
+                "# HELP envsdk_loop_stalls_total Stretches an async env method ran on the event loop "
+                "past loop_stall_s without awaiting (every session waited), by env class and method."
+            ),
             "# TYPE envsdk_loop_stalls_total counter",
             *(f'envsdk_loop_stalls_total{{method="{m}"}} {n}' for m, n in sorted((loop_stalls or {}).items())),
             "# HELP envsdk_loop_stall_seconds_total Seconds those stretches held the event loop.",

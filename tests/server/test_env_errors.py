@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +18,13 @@ import pytest
 from envsdk.client import EnvClient
 from envsdk.errors import ServerError
 from envsdk.server import create_app
-from envsdk.testing import EchoAction, EchoObservation, free_port, running_server, stop_process
+from envsdk.testing import (
+    EchoAction,
+    EchoObservation,
+    free_port,
+    running_server,
+    stop_process,
+)
 
 from .envs import BlockingAsyncEnvironment, GuessEnv, MissingKeyEnvironment
 
@@ -109,11 +114,11 @@ async def test_an_async_method_that_blocks_the_loop_is_named_in_the_log_and_metr
         async with EnvClient(url) as env:
             await env.reset()
             await env.step({"message": "await:0.5"})  # awaits: holds the loop for no time
-            before = httpx.get(url + "/metrics", timeout=10).text
+            before = (await asyncio.to_thread(httpx.get, url + "/metrics", timeout=10)).text
             assert 'envsdk_loop_stalls_total{method="BlockingAsyncEnvironment.step"}' not in before
             for _ in range(3):
                 await env.step({"message": "block:0.4"})
-        metrics = httpx.get(url + "/metrics", timeout=10).text
+        metrics = (await asyncio.to_thread(httpx.get, url + "/metrics", timeout=10)).text
     assert 'envsdk_loop_stalls_total{method="BlockingAsyncEnvironment.step"} 3' in metrics
     held = next(line for line in metrics.splitlines()
                 if line.startswith('envsdk_loop_stall_seconds_total{method="BlockingAsyncEnvironment.step"}'))

@@ -4,6 +4,7 @@ again after its lifespan ended. Each against a real server, with OpenEnv's own c
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -97,4 +98,4 @@ async def test_an_app_whose_lifespan_ended_serves_again_when_started_again() -> 
                 assert openenv.reset().observation["echoed_message"] == "ready"
             finally:
                 openenv.close()
-            assert httpx.post(url + "/reset", json={}, timeout=10).status_code == 200
+            assert (await asyncio.to_thread(httpx.post, url + "/reset", json={}, timeout=10)).status_code == 200
