@@ -22,7 +22,7 @@ from envsdk.schedulers.base import (
 )
 from envsdk.schedulers.gym import GYMScheduler
 from envsdk.schedulers.openenv import DEFAULT_BASE_URL, EnvSession, OpenEnvScheduler
-from envsdk.schedulers.tools import ToolScheduler, parse_tool_call
+from envsdk.schedulers.tools import ToolScheduler, parse_tool_call, scheduler_for, serves_tools
 from envsdk.schedulers.sudoku import (
     SUDOKU_SYSTEM_MESSAGE,
     SudokuEpisode,
@@ -49,6 +49,8 @@ __all__ = [
     "SudokuScheduler",
     "ToolScheduler",
     "parse_tool_call",
+    "scheduler_for",
+    "serves_tools",
     "SudokuEpisode",
     "SudokuHints",
     "SudokuReward",

@@ -55,6 +55,7 @@ __all__ = [
     "move_components",
     "SUDOKU_COMPONENTS",
     "SUDOKU_SYSTEM_MESSAGE",
+    "TOTAL_REWARD_IS",
 ]
 
 Move = tuple[int, int, int]
@@ -68,6 +69,13 @@ SUDOKU_SYSTEM_MESSAGE = (
     "every 3x3 box contains the digits 1-9 exactly once. Do not overwrite filled cells. "
     "Reply with exactly one move in the format [row column number], for example [5 3 7]; "
     "rows and columns are numbered 1 to 9."
+)
+
+#: What a Sudoku trajectory's ``total_reward`` is, written into every record (``infos``): the
+#: shaped total, not the sum of the environment's ``step_rewards`` (1.0 for a solved game).
+TOTAL_REWARD_IS = (
+    "shaped: mean(empty_cell) + mean(valid_move) + mean(repetition) + progress + correct"
+    " + format_penalty (4.0 for a perfect game); step_rewards are the environment's own rewards"
 )
 
 _WARNING_RE = re.compile(r"please resubmit|avoid penalties", re.IGNORECASE)
@@ -485,6 +493,7 @@ class SudokuScheduler(OpenEnvScheduler):
         infos: dict[str, Any] = {
             **summary,
             REWARD_PARTS: {name: summary[name] for name in SUDOKU_COMPONENTS},
+            "total_reward_is": TOTAL_REWARD_IS,
             "step_rewards": trajectory.step_rewards,
             "cells_filled": state.cells_filled,
             "moves_tried": [_fmt_move(m) for m in state.tried],

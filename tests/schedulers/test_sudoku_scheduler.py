@@ -42,6 +42,10 @@ async def test_oracle_solves_every_episode_with_a_perfect_score(sudoku_url: str)
         assert infos["correct"] == 1.0 and infos["valid_move"] == 1.0 and infos["empty_cell"] == 1.0
         assert infos["repetition"] == 0.0 and infos["progress"] == 1.0
         assert traj.total_reward == pytest.approx(4.0)
+        # The record says what total_reward is: the shaped total, while step_rewards sum to 1.
+        record = traj.to_dict()
+        assert sum(record["step_rewards"]) == pytest.approx(1.0)
+        assert record["infos"]["total_reward_is"].startswith("shaped: mean(empty_cell)")
         assert traj.steps[-1].components["total"] == pytest.approx(4.0)
         assert traj.turns == len(traj.steps) == infos["cells_filled"] >= 20  # Sudoku-v0: ~60 clues
 

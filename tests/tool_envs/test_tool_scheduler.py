@@ -67,3 +67,31 @@ async def test_tool_scheduler_drives_an_mcp_environment_on_openenvs_own_server(o
     replies = [m["content"] for m in trajectory.messages if m["role"] == "user"][1:]
     assert replies[0] == "4" and "Unknown tool" in replies[1] and replies[2] == "5"
     assert len(trajectory.steps) == 3 and trajectory.steps[1].info["tool_error"]["error_type"] == "tool_not_found"
+
+
+async def test_the_random_policy_calls_the_listed_tools_with_arguments_from_their_schemas(ledger_url: str) -> None:
+    from envsdk.policies import make_policy
+
+    scheduler = ToolScheduler(base_url=ledger_url, max_turns=4)
+    requests = [RolloutRequest(data_dict={"env_config": {"seed": s}}) for s in range(4)]
+    done = await scheduler.run(requests, make_policy("auto", "ledger", seed=0))
+    for trajectory in done:
+        # Every reply is a call the server ran: the episode is played to max_turns, not "done" at turn 1.
+        assert trajectory.status == "max_turns" and len(trajectory.steps) == 4, trajectory.reason
+        for step in trajectory.steps:
+            assert step.action["tool_name"] in {"deposit", "withdraw", "balance"}
+            # Known tools, well-typed arguments: only the ledger itself may refuse (an overdraft).
+            assert step.info.get("tool_error", {}).get("error_type") in (None, "execution_error"), step.info
+            if step.action["tool_name"] != "balance":
+                assert isinstance(step.action["arguments"]["amount"], int)
+
+
+def test_a_server_says_whether_it_serves_tools(ledger_url: str) -> None:
+    from envsdk.schedulers import scheduler_for, serves_tools
+    from envsdk.server import create_app
+    from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, free_port, running_server
+
+    assert serves_tools(ledger_url) and scheduler_for(ledger_url) == "tools"
+    with running_server(create_app(EchoEnvironment, EchoAction, EchoObservation)) as echo_url:
+        assert not serves_tools(echo_url) and scheduler_for(echo_url) == "openenv"
+    assert not serves_tools(f"http://127.0.0.1:{free_port()}")  # nothing answers: not a tool server
