@@ -2,10 +2,17 @@
 
 A rubric (`Rubric`) computes a reward from an action and the observation it led to; containers
 (`Sequential`, `Gate`, `WeightedSum`, `RubricList`, `RubricDict`) compose them, `LLMJudge` asks a
-language model, `TrajectoryRubric` scores a finished episode with per-step credit. The API and
-semantics are OpenEnv 0.10's (``openenv.core.rubrics``), and OpenEnv's rubric objects are accepted
-as they are, in envsdk containers and by an envsdk `Environment` (``super().__init__(rubric=R)``,
+language model, `TrajectoryRubric` scores a finished episode with per-step credit. The classes,
+their arguments and hook order are OpenEnv 0.10's (``openenv.core.rubrics``; the same rubric
+scores the same through either package), and OpenEnv's rubric objects are accepted as they are,
+in envsdk containers and by an envsdk `Environment` (``super().__init__(rubric=R)``,
 ``self._reset_rubric()`` in reset, ``obs.reward = self._apply_rubric(action, obs)`` in step).
+
+Where envsdk differs, on purpose: a container with only sync children returns a float even
+inside a running event loop (OpenEnv's `Sequential` returns a coroutine there); a coroutine-function
+hook on a call that stays synchronous raises `TypeError` (OpenEnv never runs it); `LLMJudge`
+raises on an unreadable reply unless given a ``default_score`` and by default reads the last
+``Score: <number>`` (see `envsdk.rewards.llm_judge`).
 
 What OpenEnv lacks: every named part of the score travels with the observation, in the
 ``reward_components`` metadata field (see `envsdk.rewards.parts`), so schedulers, the trainer's

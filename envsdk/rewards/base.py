@@ -8,7 +8,11 @@ the rubric runs the pre-forward hooks, ``forward`` and the forward hooks and sto
 ``get_rubric("a.b")``); ``reset()``, ``state_dict()`` and ``load_state_dict()``.
 
 A sync ``forward`` may hand back a coroutine (a container whose child is async): calling the
-rubric then returns a coroutine too, which stores the score when awaited.
+rubric then returns a coroutine too, which stores the score when awaited. Hooks run as in
+OpenEnv: the pre-forward hooks up to the first ``async def`` one run before ``forward``; the rest
+are awaited once the call has turned out to be async, before the children's results are
+awaited. A coroutine-function hook on a call that stays synchronous raises `TypeError` (OpenEnv
+creates the coroutine and drops it, so the hook silently never runs).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ class Rubric(abc.ABC):
 
     Hooks: ``register_forward_pre_hook(hook)`` — ``hook(rubric, action, observation)`` before
     ``forward``; ``register_forward_hook(hook)`` — ``hook(rubric, action, observation, score)``
-    after it. Async hooks are awaited on the async path; on the sync path a coroutine-function
+    after it. Async hooks are awaited on the async path (an ``async def forward``, or a sync
+    one that hands back a coroutine); on a call that stays synchronous a coroutine-function
     hook raises `TypeError` (there is nothing to await it with).
     """
 
@@ -60,10 +65,14 @@ class Rubric(abc.ABC):
     def __call__(self, action: Any, observation: Any) -> Any:
         if inspect.iscoroutinefunction(self.forward):
             return self._call_async(action, observation)
-        self._run_pre_hooks(action, observation)
+        # Whether the call is async shows only once forward has called the children, but the
+        # pre-hooks come first: those before the first async one run now, the rest once the
+        # call turns out to be async (OpenEnv's order).
+        ran = self._run_leading_sync_pre_hooks(action, observation)
         result = self.forward(action, observation)
         if inspect.isawaitable(result):
-            return self._finish_awaited(action, observation, result)
+            return self._finish_awaited(action, observation, result, ran)
+        self._run_pre_hooks(action, observation, start=ran)
         return self._finish(action, observation, float(result))
 
     async def _call_async(self, action: Any, observation: Any) -> float:
@@ -71,15 +80,26 @@ class Rubric(abc.ABC):
         result = await self.forward(action, observation)
         return await self._finish_async(action, observation, float(result))
 
-    async def _finish_awaited(self, action: Any, observation: Any, pending: Awaitable[Any]) -> float:
+    async def _finish_awaited(self, action: Any, observation: Any, pending: Awaitable[Any], ran: int) -> float:
+        await self._run_pre_hooks_async(action, observation, start=ran)
         return await self._finish_async(action, observation, float(await pending))
 
-    def _run_pre_hooks(self, action: Any, observation: Any) -> None:
+    def _run_leading_sync_pre_hooks(self, action: Any, observation: Any) -> int:
+        """Run the pre-hooks before the first ``async def`` one; return how many ran."""
+        ran = 0
         for hook in self._forward_pre_hooks:
+            if inspect.iscoroutinefunction(hook):
+                break
+            _sync_hook_result(hook(self, action, observation), hook)
+            ran += 1
+        return ran
+
+    def _run_pre_hooks(self, action: Any, observation: Any, start: int = 0) -> None:
+        for hook in self._forward_pre_hooks[start:]:
             _sync_hook_result(hook(self, action, observation), hook)
 
-    async def _run_pre_hooks_async(self, action: Any, observation: Any) -> None:
-        for hook in self._forward_pre_hooks:
+    async def _run_pre_hooks_async(self, action: Any, observation: Any, start: int = 0) -> None:
+        for hook in self._forward_pre_hooks[start:]:
             result = hook(self, action, observation)
             if inspect.isawaitable(result):
                 await result

@@ -62,27 +62,37 @@ async def test_the_last_score_in_the_reply_counts(reply: str, score: float) -> N
     assert await judge("a", "b") == score and judge.last_error is None
 
 
-@pytest.mark.parametrize("reply", ["I like it", "Score: 7", "Score: -0.5", ""])
-async def test_an_unreadable_reply_raises_a_typed_error_or_scores_the_fallback(reply: str) -> None:
+@pytest.mark.parametrize(
+    ("reply", "kwargs"),
+    [("I like it", {}), ("", {}), ("Score: 7", {"normalize": False, "score_range": (0, 1)}),
+     ("Score: -0.5", {"normalize": False, "score_range": (0, 1)})],
+)
+async def test_an_unreadable_reply_raises_a_typed_error_or_scores_the_default(
+    reply: str, kwargs: dict[str, Any]
+) -> None:
     with pytest.raises(JudgeReplyError) as caught:
-        await LLMJudge(TEMPLATE, _Canned(reply))("a", "b")
+        await LLMJudge(TEMPLATE, _Canned(reply), **kwargs)("a", "b")
     assert caught.value.reply == reply and "Move: a" in caught.value.prompt
-    judge = LLMJudge(TEMPLATE, _Canned(reply), fallback_score=0.25)
+    judge = LLMJudge(TEMPLATE, _Canned(reply), default_score=0.25, **kwargs)
     assert await judge("a", "b") == 0.25
     assert isinstance(judge.last_error, JudgeReplyError) and judge.last_score == 0.25
+
+
+@pytest.mark.parametrize(("reply", "score"), [("Score: 7", 1.0), ("Score: -0.5", 0.0)])
+async def test_an_out_of_range_score_is_clamped_by_default_as_in_openenv(reply: str, score: float) -> None:
+    judge = LLMJudge(TEMPLATE, _Canned(reply))
+    assert await judge("a", "b") == score and judge.last_error is None
 
 
 def test_a_template_with_unknown_fields_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match="only {action} and {observation}"):
         LLMJudge("Rate {answer}", _Canned(""))
-    with pytest.raises(ValueError, match="group"):
-        LLMJudge(TEMPLATE, _Canned(""), score_pattern=r"\d")
     with pytest.raises(TypeError, match="policy"):
         LLMJudge(TEMPLATE, object())
 
 
 def test_state_dict_round_trip() -> None:
-    judge = LLMJudge(TEMPLATE, _Canned(""), score_pattern=r"(\d)", score_range=(0, 9), fallback_score=0.5)
+    judge = LLMJudge(TEMPLATE, _Canned(""), score_pattern=r"(\d)", score_range=(0, 9), default_score=0.5)
     other = LLMJudge("{action}", _Canned(""))
     other.load_state_dict(json.loads(json.dumps(judge.state_dict())))
     assert other.state_dict() == judge.state_dict()
@@ -108,7 +118,7 @@ async def test_judge_sends_the_rendered_prompt_and_parses_real_replies(served_mo
                 assert not digits and exc.reply == direct
                 continue
             assert (judge.last_prompt, judge.last_reply) == (prompt, direct)
-            assert score == float(digits[-1]) == judge.last_score
+            assert score == float(digits[0]) == judge.last_score  # a pattern's first match
             parsed += 1
     assert parsed >= 1, "no reply of the tiny model held a digit; pick other INPUTS"
 
@@ -120,7 +130,7 @@ async def test_a_malformed_real_reply_is_a_typed_error_never_a_silent_zero(serve
         with pytest.raises(JudgeReplyError, match="no score matching") as caught:
             await LLMJudge(TEMPLATE, policy)(action, observation)
         assert "score" not in caught.value.reply.lower() and caught.value.reply
-        judge = LLMJudge(TEMPLATE, policy, fallback_score=0.5)
+        judge = LLMJudge(TEMPLATE, policy, default_score=0.5)
         assert await judge(action, observation) == 0.5
         assert judge.last_error is not None and judge.last_error.reply == caught.value.reply
 
@@ -157,7 +167,7 @@ class JudgedEnv(Environment[MoveAction, MoveObservation, State]):
 
     def __init__(self) -> None:
         self.policy = _policy(self.base_url, self.model)
-        judge = LLMJudge(TEMPLATE, self.policy, fallback_score=0.5)
+        judge = LLMJudge(TEMPLATE, self.policy, default_score=0.5)
         super().__init__(rubric=WeightedSum([Gate(Short(), 1.0), judge], weights=[0.5, 0.5]))
         self._state = State()
 
@@ -194,6 +204,6 @@ async def test_a_judged_env_sends_the_judge_part_on_the_wire(served_model: tuple
     assert result.reward == 0.5 * 1.0 + 0.5 * 0.5
     # The same rubric scored locally agrees with the wire.
     async with _policy(base_url, model) as policy:
-        local = WeightedSum([Gate(Short(), 1.0), LLMJudge(TEMPLATE, policy, fallback_score=0.5)], weights=[0.5, 0.5])
+        local = WeightedSum([Gate(Short(), 1.0), LLMJudge(TEMPLATE, policy, default_score=0.5)], weights=[0.5, 0.5])
         scored = await ascore(local, MoveAction(message="[9 1 4]"), MoveObservation(text="R1 4 8 . | 9 5 7. Score?"))
     assert (scored.reward, scored.parts) == (result.reward, parts)
