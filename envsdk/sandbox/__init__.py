@@ -44,7 +44,9 @@ from envsdk.sandbox.base import (
     SandboxStartError,
     SandboxTimeout,
     kill_tree,
+    kill_user,
     process_tree,
+    user_processes,
 )
 from envsdk.sandbox.bubblewrap import BubblewrapProvider, bwrap_path
 from envsdk.sandbox.pool import SandboxPool
@@ -62,7 +64,9 @@ __all__ = [
     "SandboxStartError",
     "SandboxTimeout",
     "kill_tree",
+    "kill_user",
     "process_tree",
+    "user_processes",
     "BubblewrapProvider",
     "bwrap_path",
     "ProcessProvider",

@@ -27,12 +27,15 @@ WORKSPACE = os.getcwd()
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 WORKER_PIDS = set
+#: A run that writes more than this many times ``output_bytes`` to one stream is killed:
+#: reading and dropping gigabytes would cost the machine CPU for nothing.
+OUTPUT_KILL_FACTOR = 16
 
 WORKER = r'''
 import os, sys, traceback
 control = os.fdopen(int(sys.argv[1]), "w")
+source = os.fdopen(int(sys.argv[2]), "rb")
 scope = {"__name__": "__main__", "__builtins__": __builtins__}
-source = sys.stdin.buffer
 while True:
     header = source.readline()
     if not header:
@@ -153,6 +156,7 @@ class Capture:
         self.kept = {name: bytearray() for name in streams}
         self.seen = {name: 0 for name in streams}
         self.selector = selectors.DefaultSelector()
+        self.exceeded = False
         for name, stream in streams.items():
             os.set_blocking(stream.fileno(), False)
             self.selector.register(stream.fileno(), selectors.EVENT_READ, name)
@@ -169,6 +173,8 @@ class Capture:
             self.selector.unregister(key.fd)
             return
         self.seen[key.data] += len(data)
+        if self.seen[key.data] > self.limit * OUTPUT_KILL_FACTOR:
+            self.exceeded = True
         room = self.limit - len(self.kept[key.data])
         if room > 0:
             self.kept[key.data] += data[:room]
@@ -193,6 +199,9 @@ class Capture:
             "stdout_bytes": self.seen["stdout"],
             "stderr_bytes": self.seen["stderr"],
         }
+
+
+OUTPUT_NOTE = "output limit exceeded: the run was killed"
 
 
 def run(request):
@@ -220,7 +229,7 @@ def run(request):
     except OSError:
         pass
     timed_out = False
-    while child.poll() is None:
+    while child.poll() is None and not capture.exceeded:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
@@ -235,8 +244,9 @@ def run(request):
     capture.drain()
     for stream in (child.stdout, child.stderr):
         stream.close()
-    return {**capture.result(), "returncode": -signal.SIGKILL if timed_out else returncode,
-            "timed_out": timed_out, "restarted": False, "note": "",
+    killed = timed_out or capture.exceeded
+    return {**capture.result(), "returncode": -signal.SIGKILL if killed else returncode,
+            "timed_out": timed_out, "restarted": False, "note": OUTPUT_NOTE if capture.exceeded else "",
             "duration_s": time.monotonic() - started}
 
 
@@ -246,19 +256,26 @@ class Worker:
     def __init__(self):
         self.process = None
         self.control = None
+        self.code = None
 
     def alive(self):
         return self.process is not None and self.process.poll() is None
 
     def start(self):
+        # Snippets arrive on a pipe of their own and the interpreter's stdin is /dev/null: code
+        # that reads stdin gets EOF instead of the next snippets.
         read_fd, write_fd = os.pipe()
+        code_read, code_write = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-u", "-c", WORKER, str(write_fd)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=WORKSPACE, start_new_session=True,
-            preexec_fn=lambda: _limit_child(LIMITS["cpu_s"] * WORKER_CPU_RUNS), pass_fds=(write_fd,),
+            [sys.executable, "-I", "-u", "-c", WORKER, str(write_fd), str(code_read)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=WORKSPACE,
+            start_new_session=True, preexec_fn=lambda: _limit_child(LIMITS["cpu_s"] * WORKER_CPU_RUNS),
+            pass_fds=(write_fd, code_read),
         )
         os.close(write_fd)
+        os.close(code_read)
         self.control = read_fd
+        self.code = os.fdopen(code_write, "wb")
 
     def stop(self):
         """Kill the interpreter and everything it started; returns its exit status."""
@@ -270,10 +287,10 @@ class Worker:
             pass
         returncode = self.process.wait()
         kill_leftovers()
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+        for stream in (self.code, self.process.stdout, self.process.stderr):
             stream.close()
         os.close(self.control)
-        self.process = self.control = None
+        self.process = self.control = self.code = None
         return returncode
 
     def _stat(self, name):
@@ -298,12 +315,12 @@ class Worker:
         capture = Capture({"stdout": self.process.stdout, "stderr": self.process.stderr})
         capture.selector.register(self.control, selectors.EVENT_READ, "control")
         try:
-            self.process.stdin.write(b"%d\n" % len(code) + code)
-            self.process.stdin.flush()
+            self.code.write(b"%d\n" % len(code) + code)
+            self.code.flush()
         except OSError:
             pass
         status, line, timed_out, note = None, b"", False, ""
-        while status is None:
+        while status is None and not capture.exceeded:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
@@ -323,8 +340,8 @@ class Worker:
             capture.drain()
         if status is None or status == "died":
             returncode = self.stop()
-            returncode = -signal.SIGKILL if timed_out else returncode
-            note = "the interpreter was restarted: its state is lost"
+            returncode = -signal.SIGKILL if timed_out or capture.exceeded else returncode
+            note = (OUTPUT_NOTE + "; " if capture.exceeded else "") + "the interpreter was restarted: its state is lost"
         else:
             returncode = status
             if int(self._stat("status").split(b"Threads:")[1].split()[0]) > 1:

@@ -34,13 +34,17 @@ __all__ = [
     "SandboxClosed",
     "SandboxPathError",
     "kill_tree",
+    "kill_user",
     "process_tree",
+    "user_processes",
 ]
 
 _AGENT_SOURCE = (Path(__file__).parent / "_agent.py").read_text(encoding="utf-8")
 #: How long past a request's own timeout the host waits for the agent's reply before it
 #: treats the agent as hung and kills the whole sandbox.
 REPLY_GRACE_S = 5.0
+#: Niceness of a sandbox's agent (its runs add 10 more).
+SANDBOX_NICE = 5
 
 
 class SandboxError(EnvSDKError):
@@ -80,7 +84,8 @@ class SandboxLimits:
     file_bytes: largest file a process may write (RLIMIT_FSIZE).
     open_files: open file descriptors per process (RLIMIT_NOFILE).
     disk_bytes: size of the workspace and of /tmp, each (namespace provider: tmpfs size).
-    output_bytes: stdout and stderr kept per run, each (the rest is read and counted).
+    output_bytes: stdout and stderr kept per run, each; the rest is read and counted, up to
+        16 times this, where the run is killed (output limit exceeded).
     timeout_s: default wall-clock deadline of a run.
     start_timeout_s: how long starting a sandbox may take.
     """
@@ -168,6 +173,40 @@ def kill_tree(root: int) -> None:
         time.sleep(0.01)
 
 
+def user_processes(uid: int) -> list[int]:
+    """The pids of every live process whose real user id is `uid` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        uids = status.split(b"\nUid:", 1)[1].split(None, 1)[0] if b"\nUid:" in status else b""
+        state = status.split(b"\nState:", 1)[1].split(None, 1)[0] if b"\nState:" in status else b""
+        if uids == str(uid).encode() and state != b"Z":
+            found.append(int(name))
+    return found
+
+
+def kill_user(uid: int) -> None:
+    """Stop, then kill, every process of user `uid` until none is left (a sandbox's own user
+    id: this reaches processes that escaped its process tree)."""
+    for _ in range(100):
+        pids = user_processes(uid)
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.01)
+
+
 class SandboxProvider:
     """Starts sandboxes. Subclasses implement `command` (and `prepare`/`cleanup` when they need
     host-side resources); `start` is the same for all.
@@ -208,7 +247,9 @@ class SandboxProvider:
         try:
             self.prepare(slot)
             agent = [self.python, "-I", "-S", "-c", _AGENT_SOURCE, json.dumps(asdict(self.limits))]
-            argv = self.command(agent, slot)
+            # The whole sandbox runs below the server's priority (its runs lower still), so
+            # code spinning in it slows other sandboxes, not the server answering them.
+            argv = ["nice", "-n", str(SANDBOX_NICE), *self.command(agent, slot)]
             process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True, **self.popen_options(slot),

@@ -63,6 +63,9 @@ class BubblewrapProvider(SandboxProvider):
         ]
 
     def popen_options(self, slot: SandboxSlot) -> dict[str, object]:
-        if slot.uid is None:
-            return {}
-        return {"user": slot.uid, "group": slot.uid, "extra_groups": []}
+        # bwrap's own first process (PID 1 of the sandbox, readable from inside) keeps the
+        # environment it was started with: never the server's.
+        options: dict[str, object] = {"env": {"PATH": "/usr/bin:/bin"}}
+        if slot.uid is not None:
+            options.update(user=slot.uid, group=slot.uid, extra_groups=[])
+        return options

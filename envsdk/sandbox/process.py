@@ -5,7 +5,8 @@ namespace. What it does: every run gets the CPU, address-space, process-count, f
 open-file rlimits; the agent is a child subreaper that kills whatever a run leaves (daemonised
 grandchildren included); `close` kills the whole process tree and removes the workspace
 folder. When the server runs as root, each sandbox runs as a user id of its own, so the
-process-count limit is per sandbox and its code cannot signal the server or other sandboxes.
+process-count limit is per sandbox, its code cannot signal the server or other sandboxes, and
+`close` also kills every process of that user id (one that left the process tree included).
 
 What it cannot stop: network access (any address, the server's own port included); reading
 every world-readable file and the process list of the machine; writing to world-writable
@@ -20,9 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
-from envsdk.sandbox.base import SandboxProvider, SandboxSlot
+from envsdk.sandbox.base import SandboxProvider, SandboxSlot, kill_user
 
 __all__ = ["ProcessProvider"]
 
@@ -36,7 +38,7 @@ class ProcessProvider(SandboxProvider):
     isolates = ("cpu", "memory", "processes (as root)", "file size", "open files", "leftover processes")
 
     def prepare(self, slot: SandboxSlot) -> None:
-        slot.workspace = __import__("pathlib").Path(tempfile.mkdtemp(prefix="envsdk-sandbox-"))
+        slot.workspace = Path(tempfile.mkdtemp(prefix="envsdk-sandbox-"))
         if slot.uid is not None:
             os.chown(slot.workspace, slot.uid, slot.uid)
         os.chmod(slot.workspace, 0o700)
@@ -51,5 +53,9 @@ class ProcessProvider(SandboxProvider):
         return options
 
     def cleanup(self, slot: SandboxSlot) -> None:
+        # Without a PID namespace, a process whose parent died (the agent, killed from inside)
+        # leaves the sandbox's process tree; its user id still finds it.
+        if slot.uid is not None:
+            kill_user(slot.uid)
         if slot.workspace is not None:
             shutil.rmtree(slot.workspace, ignore_errors=True)

@@ -1,0 +1,195 @@
+"""The coding server end to end: real uvicorn, OpenEnv's own clients, MCP tools, HumanEval rewards,
+the rollout command (164/164 with the oracle, 0/164 with wrong solutions)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient as OpenEnvClient
+from openenv.core.env_server.types import Action as OpenEnvAction
+from openenv.core.env_server.types import Observation as OpenEnvObservation
+from openenv.core.env_server.types import State as OpenEnvState
+from openenv.core.generic_client import GenericEnvClient
+
+from envsdk import EnvClient
+from envsdk.cli import main as envsdk_main
+from envsdk.games.humaneval import humaneval
+from envsdk.testing import running_server
+from servers.coding import CodingEnvironment, create_coding_app
+from tests.sandbox.conftest import ensure_bwrap
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    if (reason := ensure_bwrap()) is not None:
+        pytest.skip(reason)
+    app = create_coding_app(provider="bubblewrap", warm=2, max_concurrent_envs=8)
+    with running_server(app) as url:
+        yield url
+
+
+# OpenEnv's coding env client, as its repository writes it, on OpenEnv's own (strict) models.
+class CodeAction(OpenEnvAction):
+    code: str
+
+
+class CodeObservation(OpenEnvObservation):
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+
+
+class CodeState(OpenEnvState):
+    last_exit_code: int = 0
+
+
+class CodingEnv(OpenEnvClient[CodeAction, CodeObservation, CodeState]):
+    def _step_payload(self, action: CodeAction) -> dict[str, Any]:
+        return {"code": action.code}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[CodeObservation]:
+        obs = CodeObservation(**payload["observation"])
+        return StepResult(observation=obs, reward=payload.get("reward"), done=bool(payload.get("done", False)))
+
+    def _parse_state(self, payload: dict[str, Any]) -> CodeState:
+        return CodeState(
+            episode_id=payload.get("episode_id"),
+            step_count=payload.get("step_count", 0),
+            last_exit_code=payload.get("last_exit_code", 0),
+        )
+
+
+def test_openenv_style_client_keeps_the_interpreter_across_steps(base_url: str) -> None:
+    with CodingEnv(base_url=base_url).sync() as env:
+        env.reset(seed=0)
+        assert env.step(CodeAction(code="x = 41")).observation.exit_code == 0
+        result = env.step(CodeAction(code="print(x + 1)"))
+        assert (result.observation.stdout, result.reward, result.done) == ("42\n", 0.0, False)
+        failed = env.step(CodeAction(code="raise ValueError('boom')"))
+        assert failed.observation.exit_code == 1 and "ValueError: boom" in failed.observation.stderr
+        assert env.state().last_exit_code == 1
+
+
+def test_generic_client_solves_a_problem_with_reward_parts(base_url: str) -> None:
+    problem = humaneval()[7]
+    with GenericEnvClient(base_url=base_url).sync() as env:
+        first = env.reset(task_id=problem.task_id)
+        assert set(first.observation) == {"stdout", "stderr", "exit_code", "metadata"}
+        assert first.observation["metadata"]["prompt"] == problem.prompt
+        wrong = env.step({"code": f"{problem.prompt}    return []\n"})
+        assert (wrong.reward, wrong.done) == (0.0, False)
+        assert wrong.observation["metadata"]["tests"]["passed"] is False
+        solved = env.step({"code": problem.solution})
+        assert (solved.reward, solved.done) == (1.0, True)
+        parts = solved.observation["metadata"]["reward_components"]
+        assert parts["compiles"] == 1.0 and parts["tests_passed"] == 1.0 and parts["time_s"] > 0
+        assert env.state()["solved"] is True
+
+
+def test_reset_picks_the_problem_by_seed_or_task_id(base_url: str) -> None:
+    with GenericEnvClient(base_url=base_url).sync() as env:
+        by_seed = env.reset(seed=164 + 5).observation["metadata"]["task_id"]
+        by_id = env.reset(task_id="HumanEval/5").observation["metadata"]["task_id"]
+    assert by_seed == by_id == "HumanEval/5"
+
+
+async def test_bad_reset_options_get_typed_errors_and_the_session_goes_on(base_url: str) -> None:
+    async with EnvClient(base_url) as env:
+        with pytest.raises(Exception, match="unknown task_id 'HumanEval/999'"):
+            await env.reset(task_id="HumanEval/999")
+        with pytest.raises(Exception, match="max_steps must be"):
+            await env.reset(seed=1, max_steps=0)
+        ok = await env.reset(seed=1)
+        assert ok.observation["metadata"]["task_id"] == "HumanEval/1"
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "import os, sys\nprint(sys.stdin.read())\nos._exit(0)"],
+)
+def test_a_program_that_exits_before_the_tests_does_not_pass(base_url: str, cheat: str) -> None:
+    problem = humaneval()[2]
+    with GenericEnvClient(base_url=base_url).sync() as env:
+        env.reset(task_id=problem.task_id)
+        result = env.step({"code": f"{problem.prompt}    return 0\n{cheat}\n"})
+    assert result.reward == 0.0 and result.observation["metadata"]["tests"]["passed"] is False
+
+
+async def test_mcp_tools_run_test_and_submit(base_url: str) -> None:
+    problem = humaneval()[0]
+    async with EnvClient(base_url) as env:
+        await env.reset(task_id=problem.task_id)
+        assert {t.name for t in await env.list_tools()} == {"run_python", "run_tests", "submit"}
+        ran = await env.call_tool("run_python", code="print(6 * 7)")
+        assert ran["stdout"] == "42\n" and ran["exit_code"] == 0
+        assert (await env.call_tool("run_tests"))["passed"] is False
+        submitted = await env.call_tool("submit", code=problem.solution)
+        assert submitted["passed"] is True
+        state = await env.state()
+        assert state["reward"] == 1.0 and state["solved"] is True
+
+
+def test_health_says_which_provider_isolates_what(base_url: str) -> None:
+    sandbox = httpx.get(base_url + "/health").json()["sandbox"]
+    assert sandbox["provider"] == "bubblewrap" and "network" in sandbox["isolates"]
+    assert sandbox["limits"]["cpu_s"] > 0
+    app = create_coding_app(provider="process", warm=0)
+    try:
+        with running_server(app) as url:
+            weak = httpx.get(url + "/health").json()["sandbox"]
+    finally:
+        app.state.envsdk_sandbox_pool.close()
+    assert weak["provider"] == "process" and weak["isolation"].startswith("weaker")
+
+
+def test_capacity_counts_sandboxes() -> None:
+    app = create_coding_app(provider="auto", warm=0, max_concurrent_envs=2)
+    try:
+        with running_server(app) as url:
+            held = [GenericEnvClient(base_url=url).sync() for _ in range(2)]
+            for env in held:
+                env.connect()
+                env.reset(seed=0)
+            with pytest.raises(Exception, match="(?i)capacity"):
+                with GenericEnvClient(base_url=url).sync() as third:
+                    third.reset(seed=0)
+            for env in held:
+                env.close()
+    finally:
+        app.state.envsdk_sandbox_pool.close()
+
+
+def test_web_view_shows_code_output_and_tests() -> None:
+    view = CodingEnvironment.render_web({
+        "stdout": "hi\n", "stderr": "", "exit_code": 0,
+        "metadata": {"task_id": "HumanEval/0", "prompt": "def f():\n", "tests": {"passed": True, "seconds": 0.1, "output": ""}},
+    })
+    assert view.text is not None
+    assert "HumanEval/0" in view.text and "hi" in view.text and "tests passed" in view.text
+
+
+@pytest.mark.parametrize("policy, solved", [("oracle", 164), ("envsdk.policies.coding:CodingWrongPolicy", 0)])
+def test_rollout_command_scores_every_humaneval_problem(
+    policy: str, solved: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if (reason := ensure_bwrap()) is not None:
+        pytest.skip(reason)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "completions.jsonl"
+    code = envsdk_main([
+        "rollout", "--env", "coding", "--policy", policy, "--episodes", "164", "--concurrency", "8",
+        "--max-turns", "1", "--out", str(out), "--no-progress",
+    ])
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 164 and {r["env_config"]["seed"] for r in rows} == set(range(164))
+    assert sum(r["success"] for r in rows) == solved
+    assert sum(r["total_reward"] for r in rows) == float(solved)
