@@ -194,9 +194,8 @@ class OpenAIChatPolicy(Policy):
         body = self.request_body(messages)
         async with self._semaphore:
             try:
-                async with asyncio.timeout(self.timeout):
-                    status, text = await self._post(body)
-            except (TimeoutError, httpx.TimeoutException) as exc:
+                status, text = await asyncio.wait_for(self._post(body), self.timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
                 raise InferenceTimeoutError(self.url, self.timeout) from exc
             except httpx.TransportError as exc:
                 raise InferenceConnectionError(
