@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,9 +15,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from envsdk.env import Environment
 from envsdk.games.sudoku import count_filled, solve
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
+from envsdk.types import Action, Observation, State
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 
@@ -135,9 +138,8 @@ def test_page_drives_a_generic_env_behind_a_token(browser: WebDriver) -> None:
         assert not browser.find_elements(By.ID, "board")  # no Sudoku panel for another env
         assert _text(browser, "step-count") == "1"
         assert '"echoed_message": "hello"' in _text(browser, "obs-view")
-        # Not Sudoku: the model reads the observation as JSON (OpenEnvScheduler's default).
-        seen = json.loads(browser.find_element(By.ID, "model-view").get_attribute("textContent") or "{}")
-        assert seen["echoed_message"] == "hello" and seen["message_length"] == 5
+        # Not Sudoku: the model reads the observation's text (its only string field), as a scheduler gives it.
+        assert browser.find_element(By.ID, "model-view").get_attribute("textContent") == "hello"
         wait.until(lambda d: _text(d, "stat-steps") == "1")
 
 
@@ -166,3 +168,95 @@ def test_page_shows_a_tool_picker_and_calls_a_tool_of_a_tool_env(browser: WebDri
         browser.find_element(By.CSS_SELECTOR, "#tool-form [data-arg='amount']").send_keys("999")
         browser.find_element(By.ID, "tool-call-btn").click()
         wait.until(lambda d: _idle(d) and "cannot withdraw" in _text(d, "tool-result"))
+        # The reward lives in the env's state: reaching the target shows 1, not a step's 0.
+        target = json.loads(browser.find_element(By.ID, "obs-json").get_attribute("textContent") or "{}")["observation"]["target"]
+        gap = target - (start + 7)
+        if gap:
+            picker.select_by_visible_text("deposit" if gap > 0 else "withdraw")
+            browser.find_element(By.CSS_SELECTOR, "#tool-form [data-arg='amount']").send_keys(str(abs(gap)))
+            browser.find_element(By.ID, "tool-call-btn").click()
+        else:
+            picker.select_by_visible_text("balance")
+            browser.find_element(By.ID, "tool-call-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "reward") == "1")
+
+
+class GuessAction(Action):
+    guess: int
+
+
+class GuessObservation(Observation):
+    text: str = ""
+
+
+class GuessEnv(Environment[GuessAction, GuessObservation, State]):
+    INLINE_SYNC = True
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
+        self._state = State(episode_id=episode_id or "e")
+        return GuessObservation(text="Guess a number.")
+
+    def step(self, action: GuessAction) -> GuessObservation:
+        self._state.step_count += 1
+        return GuessObservation(text=f"you said {action.guess}")
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+@pytest.mark.timeout(90)
+def test_page_builds_an_action_form_from_a_typed_action(browser: WebDriver) -> None:
+    with running_server(create_app(GuessEnv, GuessAction, GuessObservation)) as url:
+        browser.get(f"{url}/web")
+        wait = WebDriverWait(browser, 20)
+        wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+        browser.find_element(By.ID, "reset-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "done") == "false")
+        # One number input for `guess: int`, not a bare {} JSON box.
+        assert not browser.find_element(By.ID, "action-json").is_displayed()
+        guess = browser.find_element(By.CSS_SELECTOR, "#action-form [data-arg='guess']")
+        assert guess.is_displayed() and guess.get_attribute("type") == "number"
+        guess.send_keys("7")
+        browser.find_element(By.ID, "step-btn").click()
+        wait.until(lambda d: _idle(d) and _text(d, "step-count") == "1")
+        assert browser.find_element(By.ID, "model-view").get_attribute("textContent") == "you said 7"
+
+
+@pytest.mark.timeout(120)
+def test_page_shows_what_the_scheduler_gives_the_model_for_a_textarena_game(browser: WebDriver) -> None:
+    import asyncio
+
+    from envsdk.env import RolloutRequest
+    from envsdk.schedulers import OpenEnvScheduler
+    from servers.textarena.app import create_textarena_app
+    from servers.textarena.pool import GamePool
+
+    class Guess:
+        async def act(self, messages: list[dict[str, Any]]) -> str:
+            return "[3]"
+
+    pool = GamePool(workers=1)
+    try:
+        with running_server(create_textarena_app("GuessTheNumber-v0", game_pool=pool)) as url:
+            row = RolloutRequest(data_dict={"env_config": {"base_url": url, "seed": 5}})
+            [traj] = asyncio.run(OpenEnvScheduler(max_turns=1).run([row], Guess()))
+            given = [m["content"] for m in traj.messages if m["role"] == "user"]
+            browser.get(f"{url}/web")
+            wait = WebDriverWait(browser, 20)
+            wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+            browser.find_element(By.ID, "seed").send_keys("5")
+            browser.find_element(By.ID, "reset-btn").click()
+            wait.until(lambda d: _idle(d) and _text(d, "done") == "false")
+            shown = [browser.find_element(By.ID, "model-view").get_attribute("textContent")]
+            browser.find_element(By.ID, "action-text").send_keys("[3]")
+            browser.find_element(By.ID, "step-btn").click()
+            wait.until(lambda d: _idle(d) and _text(d, "step-count") == "1")
+            shown.append(browser.find_element(By.ID, "model-view").get_attribute("textContent"))
+    finally:
+        pool.shutdown()
+    # Character for character: the page asks the server's copy of the scheduler's function.
+    assert shown == given and len(given) == 2

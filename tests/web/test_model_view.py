@@ -1,7 +1,7 @@
 """The page's "What the model reads" comes from the server, rendered by the schedulers' own
 function: for a real TextArena episode it is, character for character, the user messages an
-`OpenEnvScheduler` gives the model for the same seed and replies. The page script asks for it
-and builds a form from the action schema instead of a bare JSON box."""
+`OpenEnvScheduler` gives the model for the same seed and replies (the page itself, in a real
+browser: tests/web/test_browser.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from envsdk.client import EnvClient
 from envsdk.env import RolloutRequest
 from envsdk.schedulers import OpenEnvScheduler
 from envsdk.testing import running_server
-from envsdk.web import STATIC_DIR
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,9 +67,3 @@ async def test_the_page_shows_exactly_what_the_scheduler_gives_the_model(textare
     assert as_json.json()["text"].startswith('{"')
     assert unknown.status_code == 422 and "known: json, text" in unknown.text
 
-
-def test_the_page_script_asks_the_server_and_builds_an_action_form() -> None:
-    script = (STATIC_DIR / "app.js").read_text(encoding="utf-8")
-    assert '"/web/api/model_view"' in script and "JSON.stringify(obs)" not in script
-    assert 'buildForm($("action-form"), page.info.action_schema' in script
-    assert 'id="action-form"' in (STATIC_DIR / "index.html").read_text(encoding="utf-8")
