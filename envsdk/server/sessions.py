@@ -7,12 +7,20 @@ Lifecycle of a session
   ``max_concurrent_envs`` until it is destroyed. A socket that sends no frame within
   ``first_frame_timeout_s`` is closed. A stateless HTTP call holds a slot while it runs.
 * When every slot is taken, a new connection takes the slot of the session that has awaited
-  its resume longest (no socket, no call running), rather than being refused.
+  its resume longest (no socket, no call running), rather than being refused; a session opened
+  without a socket (an MCP ``openenv/session/create``) is one of those too.
 * Destroyed (slot freed at once; the env closed on its lane once the running call, if any,
   has returned) on a ``close`` request, on disconnect, on server shutdown, or, for a session
   that did the ``session`` handshake, when its socket has been gone for ``resume_window_s``.
 * Episode phases: ``FRESH`` (no reset yet: ``step`` → NOT_RESET), ``RUNNING``, ``DONE``
   (``step`` → EPISODE_DONE until the next reset), ``TIMED_OUT``.
+
+Layers above the sessions
+-------------------------
+This module knows no protocol built on top of it by name. A layer above (MCP:
+`envsdk.server.mcp`) plugs into the table: ``request_handlers`` (more request types),
+``step_extension`` (step actions it answers, e.g. tool calls, through `Session.call_env` or
+`Session.step_by`) and ``before_env_close`` (awaited before an env is closed).
 
 Every env call, one way
 -----------------------
@@ -71,7 +79,6 @@ from envsdk.protocol import (
     SessionInfo,
     dumps,
     encode,
-    encode_mcp,
     encode_observation,
     error_reply,
     session_reply,
@@ -82,7 +89,6 @@ from envsdk.protocol import (
     validate_model,
 )
 from envsdk.rewards.parts import clear_parts, non_finite, record_parts
-from envsdk.server import mcp
 from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig
 from envsdk.server.executors import (
     EnvAborted,
@@ -95,7 +101,7 @@ from envsdk.server.executors import (
 )
 from envsdk.server.metrics import Metrics
 
-__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "observation_parts", "request_digest"]
+__all__ = ["EnvSpec", "Session", "SessionTable", "Phase", "Connection", "StepExtension", "observation_parts", "request_digest"]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -104,6 +110,19 @@ class Connection(Protocol):
     """What the table needs of a socket: a way to close it (Starlette's WebSocket fits)."""
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None: ...
+
+
+class StepExtension(Protocol):
+    """Step actions a layer above the sessions answers itself (tool calls, `envsdk.server.mcp`)."""
+
+    def claims(self, data: dict[str, Any]) -> bool:
+        """Whether a step's `data` is one of its actions (asked before the env's action type)."""
+        ...
+
+    async def step(self, session: Session, data: dict[str, Any], rid: str | None) -> str:
+        """The encoded reply; runs inside `session`'s request (env calls by `Session.call_env`
+        or `Session.step_by`), never before a reset that a deadline made necessary."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -238,6 +257,11 @@ class SessionTable:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.stateless_calls = 0  # stateless HTTP calls running, each holding a slot
+        # What a layer above the sessions adds to each (`envsdk.server.mcp` adds MCP): request
+        # types it answers, step actions it answers, and work done before an env is closed.
+        self.request_handlers: dict[str, Callable[[Session, Any], Awaitable[str]]] = {}
+        self.step_extension: StepExtension | None = None
+        self.before_env_close: list[Callable[[Any], Awaitable[None]]] = []
         self.stalls = LoopStalls(config.loop_stall_s)
 
     @property
@@ -255,11 +279,9 @@ class SessionTable:
         n, cap = self.active, self.config.max_concurrent_envs
         if n < cap:
             return
-        # A session made over MCP has no socket by design (its tools are called over POST /mcp):
-        # it is not one left behind, and is never taken for a newcomer.
-        detached = [
-            s for s in self._sessions.values() if s.connection is None and not s.busy and not mcp.created_over_mcp(s)
-        ]
+        # Any session with no socket qualifies, one opened without a socket by a layer above (an
+        # MCP ``openenv/session/create``) too: the one unused longest goes first.
+        detached = [s for s in self._sessions.values() if s.connection is None and not s.busy]
         if detached:
             oldest = min(detached, key=lambda s: s.last_active)
             logger.info("session %s awaiting resume gives its slot to a new connection", oldest.id)
@@ -875,7 +897,8 @@ class Session:
         env, self.env = self.env, None
         self.phase = Phase.TIMED_OUT
         if env is not None:
-            self.table.spawn(mcp.release(env))
+            for hook in self.table.before_env_close:
+                self.table.spawn(hook(env))
         return env
 
     async def _close_after(self, task: asyncio.Task[Any], env: Any) -> None:
@@ -884,7 +907,8 @@ class Session:
 
     async def _close_env(self, env: Any) -> None:
         """Close `env` under the close deadline (on the lane for a sync close); errors logged."""
-        await mcp.release(env)
+        for hook in self.table.before_env_close:
+            await hook(env)
         try:
             await self.call_env("close", env.close, env=env)
         except FrameError as exc:
@@ -956,8 +980,9 @@ class Session:
                 return await self._reset(request.data, rid)
             if kind == "state":
                 return await self._state(rid)
-            if kind == "mcp":
-                return encode_mcp(await mcp.answer(self, request.data), request_id=rid)
+            handler = self.table.request_handlers.get(kind)
+            if handler is not None:
+                return await handler(self, request)
             return await self._session_info(rid)
         except FrameError as exc:
             code = code_for_peer(exc.code, self.resumable or rid is not None)
@@ -1000,8 +1025,13 @@ class Session:
             ) from None
 
     async def _step(self, data: dict[str, Any], rid: str | None) -> str:
-        if mcp.is_tool_action(self.table, data):  # tool calls need no episode, as in OpenEnv
-            return await mcp.step_tool_action(self, data, rid)
+        extension = self.table.step_extension
+        if extension is not None and extension.claims(data):
+            # Tool calls need no episode (as in OpenEnv), but they need an env: after a deadline
+            # wrote it off, NOT_RESET as for any step.
+            if self.env is None:
+                raise self._not_reset()
+            return await extension.step(self, data, rid)
         env = self.env
         if env is None or self.phase is Phase.FRESH:
             raise self._not_reset()
@@ -1029,6 +1059,19 @@ class Session:
             record_parts(obs, named)
             return obs
         return await self.call_env("step", _step_with_parts, (env.step, rubric, action))
+
+    async def step_by(
+        self, fn: Callable[[Any], Any], action: Any, rid: str | None, *, deadline_s: float | None = None
+    ) -> str:
+        """A step of the env made by ``fn(action)`` rather than ``env.step`` (a step extension's
+        choice, e.g. OpenEnv's ``step_async`` for a tool action), inside this session's request:
+        a ``step`` call under the step deadline (or `deadline_s`), timed like a step, its
+        observation the reply, the episode's phase following it."""
+        env = self.env
+        started = time.perf_counter()
+        obs = await self.call_env("step", fn, (action,), deadline_s=deadline_s)
+        self.table.metrics.observe_step(time.perf_counter() - started)
+        return self._observation_frame(env, "step", obs, rid)
 
     async def _reset(self, data: dict[str, Any], rid: str | None) -> str:
         table = self.table

@@ -37,6 +37,7 @@ to its assets, its HTTP calls (bearer header) and ``/ws`` (query parameter).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import typing
@@ -46,10 +47,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field, ValidationError
 
+from envsdk.protocol import FrameError
 from envsdk.server.sessions import EnvSpec
 
 __all__ = [
@@ -175,12 +177,24 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
         query = request.url.query
         return RedirectResponse(f"{WEB_PATH}?{query}" if query else WEB_PATH)
 
-    @app.get(WEB_PATH + "/api/info")
-    async def web_info() -> dict[str, Any]:
-        if "tools" not in info:
-            from envsdk.server.mcp import describe_tools
+    listing = asyncio.Lock()
 
-            info["tools"] = await describe_tools(spec.factory)
+    @app.get(WEB_PATH + "/api/info", response_model=None)
+    async def web_info(request: Request) -> dict[str, Any] | JSONResponse:
+        # One request at a time builds what the list needs (an OpenEnv MCP env is built as a
+        # throw-away session's: within capacity, under the factory deadline); the rest wait
+        # for it and read the cached list. A refusal is not cached: the page retries.
+        async with listing:
+            if "tools" not in info:
+                from envsdk.server.mcp import describe_tools
+
+                try:
+                    info["tools"] = await describe_tools(request.app.state.envsdk_sessions)
+                except FrameError as exc:
+                    return JSONResponse(
+                        {"detail": f"cannot list the tools now: {exc.message}", "code": exc.code.value, **exc.details},
+                        status_code=503,
+                    )
         return info
 
     @app.post(WEB_PATH + "/api/render")

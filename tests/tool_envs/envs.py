@@ -18,7 +18,7 @@ from envsdk.testing import EchoAction, EchoObservation
 from envsdk.tools import tool
 from envsdk.types import State as EnvState
 
-__all__ = ["TallyMCPEnvironment", "SlowToolsEnvironment", "CallToolAction", "CallToolObservation"]
+__all__ = ["TallyMCPEnvironment", "QuizMCPEnvironment", "SlowToolsEnvironment", "CallToolAction", "CallToolObservation"]
 
 
 class TallyMCPEnvironment(MCPEnvironment):
@@ -108,3 +108,69 @@ class SlowToolsEnvironment(Environment[EchoAction, EchoObservation, EnvState]):
         """Count one more and return the count."""
         self.count += 1
         return self.count
+
+
+class QuizMCPEnvironment(MCPEnvironment):
+    """Built like OpenEnv's FinQA env: `step` and `step_async` count the steps and end the episode
+    when ``submit_answer`` is called (reward 1.0 for the right answer, "42"). Tools: ``lookup(key)``,
+    ``submit_answer(answer)``, ``total(values)`` (a list argument, for wide validation errors) and
+    ``hang(seconds)`` (a synchronous sleep); a tool call's deadline is 1 s. `built` counts instances."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    tool_timeout_s = 1.0
+    built = 0
+    _count_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        with QuizMCPEnvironment._count_lock:
+            QuizMCPEnvironment.built += 1
+        server = FastMCP("quiz")
+
+        @server.tool
+        def lookup(key: str) -> str:
+            """The fact stored under `key`."""
+            return f"{key} is 42"
+
+        @server.tool
+        def submit_answer(answer: str) -> str:
+            """Submit the final answer."""
+            return f"submitted {answer}"
+
+        @server.tool
+        def total(values: list[int]) -> int:
+            """The sum of `values`."""
+            return sum(values)
+
+        @server.tool
+        def hang(seconds: float) -> str:
+            """Block this call's thread for `seconds`."""
+            time.sleep(seconds)
+            return "woke"
+
+        super().__init__(server)
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        return Observation(done=False, reward=0.0, metadata={"question": "what is the answer?"})
+
+    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        return Observation(done=False, reward=0.0, metadata={"error": "use the tools"})
+
+    def _scored(self, action: Action, obs: Observation) -> Observation:
+        if isinstance(action, CallToolAction) and action.tool_name == "submit_answer":
+            right = action.arguments.get("answer") == "42"
+            return Observation(done=True, reward=1.0 if right else 0.0, metadata={**obs.metadata, "right": right})
+        return obs
+
+    def step(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        self._state.step_count += 1
+        return self._scored(action, super().step(action, timeout_s=timeout_s, **kwargs))
+
+    async def step_async(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        self._state.step_count += 1
+        return self._scored(action, await super().step_async(action, timeout_s=timeout_s, **kwargs))
+
+    @property
+    def state(self) -> State:
+        return self._state

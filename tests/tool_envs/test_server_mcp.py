@@ -133,11 +133,19 @@ def test_ws_mcp_endpoint_holds_a_session_per_socket(ledger_url: str) -> None:
 
 def test_session_create_is_refused_at_capacity() -> None:
     with running_server(create_ledger_app(max_concurrent_envs=1)) as url:
+        with _ws(url) as ws:  # a connected session keeps its slot
+            _ask(ws, {"type": "reset", "data": {"seed": 1}})
+            refused = _rpc(url, "openenv/session/create")["error"]
+            assert refused["data"]["code"] == "CAPACITY_REACHED" and refused["data"]["max_sessions"] == 1
+        deadline = time.monotonic() + 10
+        while _active(url):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         first = _rpc(url, "openenv/session/create")["result"]["session_id"]
-        refused = _rpc(url, "openenv/session/create")["error"]
-        assert refused["data"]["code"] == "CAPACITY_REACHED" and refused["data"]["max_sessions"] == 1
-        assert _rpc(url, "openenv/session/close", {"session_id": first})["result"]["closed"] is True
-        assert "session_id" in _rpc(url, "openenv/session/create")["result"]
+        # A session created over MCP with no socket gives its slot up to a newcomer.
+        second = _rpc(url, "openenv/session/create")["result"]["session_id"]
+        assert _rpc(url, "tools/list", {"session_id": first})["error"]["code"] == -32602
+        assert _rpc(url, "openenv/session/close", {"session_id": second})["result"]["closed"] is True
 
 
 def test_production_mode_drops_the_http_simulation_routes() -> None:
