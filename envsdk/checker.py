@@ -6,12 +6,26 @@ generator is left alone, that one seed gives one first observation — also when
 sessions reset at the same time, which is how a trainer runs them and where shared random state
 shows — that a seeded episode replays step for step, that steps after the end are refused and
 that ``close`` may be called twice. The first broken rule raises `EnvCheckError` naming it;
-otherwise a `CheckReport` lists what was checked and what could not be (with the reason).
+otherwise a `CheckReport` lists what was checked, what could not be (with the reason) and the
+`WARNINGS` that apply: nothing broken, but a rollout would likely go wrong (no text reply
+becomes the env's action; another seed changes nothing the env shows; threads left running).
+
+It judges instead of dying. Every env call has a deadline (`call_timeout`, 30 s by default): a
+call that does not return in time breaks its rule. Anything a call raises breaks its rule,
+``SystemExit`` included. The check runs in a thread of its own, watched from the caller's, so a
+call that blocks the event loop or ignores cancellation is reported all the same (and left
+running in that daemon thread). ``envsdk check-env`` always ends with a verdict: exit code 0
+(passed), 1 (a rule broken, or a warning under ``--strict``) or 2 (the target or an option
+could not be used), and it does not wait for threads the environment left behind.
 
 Both environment shapes are covered: an `Env` class (local, ms-swift style; checked through
 ``asyncio.gather``) and an `Environment` class or zero-argument factory (server side; a sync one
-is reset from threads). Steps are played with replies drawn, by a ``random.Random(seed)``, from
-`DEFAULT_REPLIES` (or the caller's `replies`).
+is reset from threads). An `Env` is played with replies drawn, by a ``random.Random(seed)``,
+from `DEFAULT_REPLIES` (or the caller's `replies`). An `Environment` is played with the actions a
+rollout would send for those replies (`envsdk.formats.parse_reply` with the action's schema), or
+with the caller's `actions`; when no reply makes a valid action, with invented field values.
+Replies (or actions) that reach the env's seeded logic are what lets the seeding rules see an env
+that ignores its seed: the generic replies may never get past its input check.
 
 The ``envsdk check-env TARGET`` command is added to a CLI by `add_check_env_parser`.
 """
@@ -20,28 +34,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
 import inspect
+import json
 import math
+import os
 import random
 import sys
 import threading
+import time
 import typing
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvNotFoundError, EnvSDKError
+from envsdk.formats import ReplyParseError, parse_reply
 from envsdk.policies.scripted import GENERIC_REPLIES
 from envsdk.registry import PluginLoadError, envs, import_spec, load_plugins
 from envsdk.types import Action, Observation, State
-from pydantic import BaseModel
 
 __all__ = [
     "RULES",
+    "WARNINGS",
     "DEFAULT_REPLIES",
+    "DEFAULT_CALL_TIMEOUT_S",
     "EnvCheckError",
+    "CheckOptionError",
     "CheckReport",
     "check_env",
     "check_env_async",
@@ -70,10 +95,26 @@ RULES: dict[str, str] = {
     "tools.call": "a tool must answer a call with arguments its schema allows, with a JSON result",
 }
 
+#: What the checker warns about, by identifier: nothing broken, but a rollout would likely go
+#: wrong. ``check-env --strict`` fails on any of them.
+WARNINGS: dict[str, str] = {
+    "action.from_reply": "a rollout's text reply should become a valid action",
+    "seed.changes_nothing": "another seed should change what the environment shows",
+    "close.threads": "no thread the environment started should outlive close",
+}
+
 #: Replies the checker plays when none are given: the generic random policy's.
 DEFAULT_REPLIES: tuple[str, ...] = GENERIC_REPLIES
 
+#: The default deadline of one env call, in seconds (``--call-timeout``).
+DEFAULT_CALL_TIMEOUT_S = 30.0
+
 _EPISODE_ID = "check-env-episode"
+# How long past a call's deadline the watchdog waits before it gives the call up: the deadline's
+# own cancellation answers first whenever the event loop is free.
+_WATCHDOG_GRACE_S = 1.0
+# Exception messages and values quoted in a verdict are cut to this many characters.
+_QUOTE_CHARS = 300
 
 
 class EnvCheckError(EnvSDKError):
@@ -86,15 +127,22 @@ class EnvCheckError(EnvSDKError):
         self.detail = detail
 
 
+class CheckOptionError(ValueError):
+    """An option of the check does not fit the environment (an `actions` entry its action type
+    refuses, actions for an `Env`); the message names the option and what it needs."""
+
+
 @dataclass
 class CheckReport:
-    """What `check_env` verified: `passed` rules in order, `skipped` rules with the reason, and
-    how many steps the checked episode took."""
+    """What `check_env` verified: `passed` rules in order, `skipped` rules with the reason,
+    `warnings` (keys of `WARNINGS`) with what was seen, and how many steps the checked episode
+    took."""
 
     target: str
     shape: str
     passed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    warnings: dict[str, str] = field(default_factory=dict)
     episode_steps: int = 0
     episode_done: bool = False
 
@@ -102,10 +150,12 @@ class CheckReport:
         ended = "ended" if self.episode_done else "did not end"
         lines = [
             f"check-env {self.target} ({self.shape}): {len(self.passed)} rules passed,"
-            f" {len(self.skipped)} skipped; the checked episode {ended} after {self.episode_steps} steps"
+            f" {len(self.skipped)} skipped; the checked episode {ended} after {self.episode_steps}"
+            f" steps; {len(self.warnings)} warnings"
         ]
         lines += [f"  ok    {rule}: {RULES[rule]}" for rule in self.passed]
         lines += [f"  skip  {rule}: {why}" for rule, why in self.skipped.items()]
+        lines += [f"  warn  {name}: {WARNINGS[name]}: {seen}" for name, seen in self.warnings.items()]
         return "\n".join(lines)
 
 
@@ -140,18 +190,135 @@ def _check_concurrent_resets(differing: int, concurrency: int, seed: int, report
         )
     report.passed.append("reset.concurrent_seed_determinism")
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+# ------------------------------------------------------------------------ deadlines
 
 
-async def _call(rule: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a sync or async environment method; an exception it raises breaks `rule`."""
+@dataclass
+class _Pending:
+    """One env call (or group of calls) in progress: the rule it answers to and its deadline."""
+
+    rule: str
+    what: str
+    timeout: float
+    deadline: float
+
+
+class _Watch:
+    """The env calls in progress, read by the thread that waits for the check: a call that
+    blocks the event loop (or ignores cancellation) cannot be stopped from inside the loop, so
+    that thread gives it up once its deadline has passed."""
+
+    def __init__(self, call_timeout: float) -> None:
+        self.call_timeout = call_timeout
+        self._lock = threading.Lock()
+        self._pending: list[_Pending] = []
+
+    def begin(self, rule: str, what: str, timeout: float) -> _Pending:
+        pending = _Pending(rule, what, timeout, time.monotonic() + timeout)
+        with self._lock:
+            self._pending.append(pending)
+        return pending
+
+    def end(self, pending: _Pending) -> None:
+        with self._lock:
+            self._pending.remove(pending)
+
+    def overdue(self) -> _Pending | None:
+        """The first call past its deadline and the grace period, if any."""
+        now = time.monotonic()
+        with self._lock:
+            return next((p for p in self._pending if now > p.deadline + _WATCHDOG_GRACE_S), None)
+
+
+# The running check's deadlines: set once per check in its own thread, read by every env call.
+_WATCH: contextvars.ContextVar[_Watch] = contextvars.ContextVar("check_env_watch")
+
+
+def _too_slow(what: str, timeout: float) -> str:
+    return f"{what} did not return within {timeout:g} s (raise --call-timeout if it is only slow)"
+
+
+@contextlib.asynccontextmanager
+async def _deadline(rule: str, what: str, timeout: float | None = None) -> AsyncIterator[None]:
+    """Bound the block by `timeout` (default: the check's call deadline); running past it
+    breaks `rule`. The watchdog knows the block while it runs."""
+    watch = _WATCH.get()
+    seconds = watch.call_timeout if timeout is None else timeout
+    pending = watch.begin(rule, what, seconds)
+    task = asyncio.current_task()
+    assert task is not None  # env calls are awaited from the check's tasks
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    # asyncio.timeout does this from Python 3.11 on; the checker runs on 3.10 as well.
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
     try:
-        return await _maybe_await(fn(*args, **kwargs))
-    except EnvCheckError:
-        raise
-    except Exception as exc:
-        raise EnvCheckError(rule, f"{what} raised {type(exc).__name__}: {exc}") from exc
+        yield
+    except asyncio.CancelledError as exc:
+        if expired:
+            raise EnvCheckError(rule, _too_slow(what, seconds)) from None
+        # Nothing else cancels the check's own tasks: this came out of the environment's code.
+        raise EnvCheckError(rule, f"{what} raised CancelledError") from exc
+    finally:
+        timer.cancel()
+        watch.end(pending)
+    if expired:  # the call swallowed the cancellation and returned late
+        raise EnvCheckError(rule, _too_slow(what, seconds))
+
+
+async def _call(
+    rule: str, what: str, fn: Callable[..., Any], *args: Any,
+    expect: tuple[type[Exception], ...] = (), within: float | None = None, **kwargs: Any,
+) -> Any:
+    """Call a sync or async environment method under the call deadline (or `within` seconds).
+    Whatever it raises breaks `rule` (``SystemExit`` too: an env that ends the process must
+    not read as a pass), but for exceptions of the `expect` types, which are raised as they are.
+
+    The coroutine is awaited in the calling task, never wrapped in one of its own: asyncio lets
+    a ``SystemExit`` raised inside a task escape the event loop."""
+    async with _deadline(rule, what, within):
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        except (EnvCheckError, asyncio.CancelledError):
+            raise
+        except expect:
+            raise
+        except BaseException as exc:
+            raise EnvCheckError(rule, f"{what} raised {_quote_exception(exc)}") from exc
+
+
+async def _cleanup(rule: str, what: str, fn: Callable[..., Any], *args: Any) -> None:
+    """`_call` for a cleanup step after a failure: the failure being reported wins over one of
+    the cleanup (which is still bounded by the deadline)."""
+    with contextlib.suppress(EnvCheckError):
+        await _call(rule, what, fn, *args)
+
+
+def _in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    """Run `fn` in a new daemon thread: one that never returns cannot hold up the exit, as a
+    pool's worker (joined at interpreter exit) would."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: it is the env's verdict
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="check-env-call", daemon=True).start()
+    return future
+
+
+def _quote_exception(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."
 
 
 def _describe(value: Any) -> str:
@@ -198,23 +365,30 @@ async def _check_local_env(
     env_cls: type[Env], report: CheckReport, *, seed: int, concurrency: int, max_steps: int,
     replies: Sequence[str],
 ) -> None:
-    env_config = {"seed": seed}
+    name = env_cls.__name__
 
-    def request() -> RolloutRequest:
+    def request(episode_seed: int) -> RolloutRequest:
         return RolloutRequest(
             messages=[{"role": "user", "content": "<check-env>"}],
-            data_dict={"env_config": dict(env_config)},
+            data_dict={"env_config": {"seed": episode_seed}},
             uuid=_EPISODE_ID,
         )
 
-    env, twin = env_cls(dict(env_config)), env_cls(dict(env_config))
+    async def build(episode_seed: int) -> Env:
+        return typing.cast(
+            Env, await _call("reset.returns", f"{name}(env_config)", env_cls, {"seed": episode_seed})
+        )
+
+    env, twin = await build(seed), await build(seed)
     guard = _GlobalRandomGuard()
-    observation, info, system_message = _check_env_reset(await _call("reset.returns", "reset", env.reset, request()))
+    observation, info, system_message = _check_env_reset(
+        await _call("reset.returns", "reset", env.reset, request(seed))
+    )
     report.passed.append("reset.returns")
     guard.check("reset")
 
     twin_observation, twin_info, twin_system = _check_env_reset(
-        await _call("reset.returns", "reset", twin.reset, request())
+        await _call("reset.returns", "reset", twin.reset, request(seed))
     )
     if (twin_observation, twin_system) != (observation, system_message):
         _fail(
@@ -229,11 +403,11 @@ async def _check_local_env(
         )
     report.passed.append("reset.seed_determinism")
 
-    crowd = [env_cls(dict(env_config)) for _ in range(concurrency)]
+    crowd = [await build(seed) for _ in range(concurrency)]
     try:
-        outs = await asyncio.gather(*(_call("reset.returns", "reset", e.reset, request()) for e in crowd))
+        outs = await asyncio.gather(*(_call("reset.returns", "reset", e.reset, request(seed)) for e in crowd))
     finally:
-        await asyncio.gather(*(e.close() for e in crowd), return_exceptions=True)
+        await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
     firsts = [_check_env_reset(out) for out in outs]
     differing = sum(1 for out in firsts if out != (observation, info, system_message))
     _check_concurrent_resets(differing, concurrency, seed, report)
@@ -243,6 +417,7 @@ async def _check_local_env(
     if system_message is not None:
         messages.append({"role": "system", "content": system_message})
     messages.append({"role": "user", "content": observation})
+    trace: list[Any] = [(observation, info, system_message)]
     done = False
     for _ in range(max_steps):
         messages.append({"role": "assistant", "content": rng.choice(replies)})
@@ -258,6 +433,7 @@ async def _check_local_env(
             )
         report.episode_steps += 1
         messages.append({"role": "user", "content": out[0]})
+        trace.append(out[:3])
         done = out[2]
         if done:
             break
@@ -267,7 +443,12 @@ async def _check_local_env(
     if done:
         messages.append({"role": "assistant", "content": rng.choice(replies)})
         try:
-            after = await env.step([dict(m) for m in messages])
+            after = await _call(
+                "step.after_done_refused", "a step after done", env.step, [dict(m) for m in messages],
+                expect=(Exception,),
+            )
+        except EnvCheckError:
+            raise
         except Exception:
             report.passed.append("step.after_done_refused")
         else:
@@ -275,13 +456,58 @@ async def _check_local_env(
     else:
         report.skipped["step.after_done_refused"] = f"no episode ended within {max_steps} steps"
 
+    other = await build(seed + 1)
     try:
-        for instance in (env, twin):
-            await instance.close()
-            await instance.close()
-    except Exception as exc:
-        _fail("close.idempotent", f"the second close raised {type(exc).__name__}: {exc}")
+        other_trace = await _local_trace(other, request(seed + 1), random.Random(seed), replies, len(trace) - 1)
+    finally:
+        await _cleanup("close.idempotent", "close", other.close)
+    _compare_seeds(trace, other_trace, seed, report)
+
+    for instance in (env, twin):
+        await _call("close.idempotent", "close", instance.close)
+        await _call("close.idempotent", "the second close", instance.close)
     report.passed.append("close.idempotent")
+
+
+async def _local_trace(
+    env: Env, request: RolloutRequest, rng: random.Random, replies: Sequence[str], steps: int
+) -> list[Any]:
+    """What `env` shows over `steps` steps (fewer if it ends) played with the replies `rng` draws."""
+    observation, info, system_message = _check_env_reset(await _call("reset.returns", "reset", env.reset, request))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": observation}]
+    trace: list[Any] = [(observation, info, system_message)]
+    for _ in range(steps):
+        messages.append({"role": "assistant", "content": rng.choice(replies)})
+        out = _check_env_step(await _call("step.returns", "step", env.step, [dict(m) for m in messages]))
+        messages.append({"role": "user", "content": out[0]})
+        trace.append(out[:3])
+        if out[2]:
+            break
+    return trace
+
+
+def _compare_seeds(trace: list[Any], other: list[Any], seed: int, report: CheckReport) -> None:
+    """The `seed.changes_nothing` warning, when seeds `seed` and ``seed + 1`` showed the same."""
+    if trace == other:
+        report.warnings["seed.changes_nothing"] = (
+            f"seeds {seed} and {seed + 1} gave the same first observation and the same"
+            f" {len(trace) - 1} steps; if the environment has random parts it may ignore its seed:"
+            " pass --replies (or --action) that reach its seeded logic, or ignore this for a"
+            " deterministic environment"
+        )
+
+
+def _threads_left(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Non-daemon threads started since `before` that are still running (given a moment to end)."""
+    deadline = time.monotonic() + 1.0
+    left = []
+    for thread in threading.enumerate():
+        if thread in before or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread)
+    return left
 
 
 # ------------------------------------------------------------------- Environment (server side)
@@ -363,13 +589,14 @@ async def _check_tools(factory: Callable[[], Any], report: CheckReport, seed: in
     and one call answered."""
     from envsdk.tools import RESERVED_TOOL_NAMES, is_tool_env
 
-    env = factory()
-    try:
-        if not is_tool_env(env):
-            return  # the tool rules apply to tool environments only
-        from envsdk.server.mcp import release, tools_of
+    env = await _call("factory.returns", "the factory", factory)
+    if not is_tool_env(env):
+        await _call("close.idempotent", "close", env.close)
+        return  # the tool rules apply to tool environments only
+    from envsdk.server.mcp import release, tools_of
 
-        await _maybe_await(env.reset(seed=seed, episode_id=_EPISODE_ID))
+    try:
+        await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID)
         tools = tools_of(env)
         try:
             listed = await _call("tools.list", "tools/list", tools.list) if tools is not None else []
@@ -386,10 +613,14 @@ async def _check_tools(factory: Callable[[], Any], report: CheckReport, seed: in
                     _fail("tools.schemas", f"tool {entry['name']!r} has input schema {_describe(schema)}")
             report.passed.append("tools.schemas")
             await _check_one_tool_call(env, tools, listed, report)
-        finally:
-            await release(env)
-    finally:
-        await _maybe_await(env.close())
+        except BaseException:
+            await _cleanup("tools.list", "releasing the tools", release, env)
+            raise
+        await _call("tools.list", "releasing the tools", release, env)
+    except BaseException:
+        await _cleanup("close.idempotent", "close", env.close)
+        raise
+    await _call("close.idempotent", "close", env.close)
 
 
 async def _check_one_tool_call(env: Any, tools: Any, listed: list[dict[str, Any]], report: CheckReport) -> None:
@@ -404,24 +635,24 @@ async def _check_one_tool_call(env: Any, tools: Any, listed: list[dict[str, Any]
         report.skipped["tools.call"] = "no tool has only arguments the checker can fill (integer, number, string, boolean)"
         return
     name = entry["name"]
+    what = f"tool {name}({arguments})"
     from envsdk.server.mcp import _NativeTools
 
     if isinstance(tools, _NativeTools):
         try:
-            value = await _maybe_await(getattr(env, name)(**arguments))
+            value = await _call("tools.call", what, functools.partial(getattr(env, name), **arguments), expect=(Exception,))
+        except EnvCheckError:
+            raise
         except Exception:  # noqa: BLE001 - a tool may refuse the checker's arguments: it answered
             report.passed.append("tools.call")
             return
         try:
             (await tools.tools())[name].convert_result(value)  # what the server would send
         except Exception as exc:
-            _fail("tools.call", f"{name}({arguments}) returned {_describe(value)}, which cannot be sent: {exc}")
+            _fail("tools.call", f"{what} returned {_describe(value)}, which cannot be sent: {exc}")
     else:
-        try:
-            client = await tools.client()
-            await client.call_tool(name, arguments, raise_on_error=False)
-        except Exception as exc:
-            _fail("tools.call", f"{name}({arguments}) failed in transport: {type(exc).__name__}: {exc}")
+        client = await _call("tools.call", "connecting to the tools", tools.client)
+        await _call("tools.call", what, client.call_tool, name, arguments, raise_on_error=False)
     report.passed.append("tools.call")
 
 
@@ -437,13 +668,13 @@ def _check_observation(rule: str, obs: Any, what: str) -> Observation:
     return obs
 
 
-def _reset_in_threads(factory: Callable[[], Any], seed: int, concurrency: int) -> list[Any]:
+async def _reset_in_threads(factory: Callable[[], Any], seed: int, concurrency: int, timeout: float) -> list[Any]:
     """Reset `concurrency` fresh sync environments from as many threads, released together."""
     barrier = threading.Barrier(concurrency)
 
     def one() -> Any:
         instance = factory()
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=timeout)
         try:
             return instance.reset(seed=seed, episode_id=_EPISODE_ID)
         finally:
@@ -451,29 +682,86 @@ def _reset_in_threads(factory: Callable[[], Any], seed: int, concurrency: int) -
             if inspect.iscoroutine(closing):  # a sync reset beside an async close
                 asyncio.run(closing)
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="check-env") as pool:
-        return list(pool.map(lambda _: one(), range(concurrency)))
+    futures = [asyncio.wrap_future(_in_daemon_thread(one)) for _ in range(concurrency)]
+    return list(await asyncio.gather(*futures))
+
+
+def _dump(value: Any) -> Any:
+    """A model's fields (for comparing what two instances showed), anything else as it is."""
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _state_dump(state: Any) -> Any:
+    """`_dump` of a state without its episode id (the checker passes the same one anyway)."""
+    dumped = _dump(state)
+    if isinstance(dumped, dict):
+        dumped.pop("episode_id", None)
+    return dumped
+
+
+def _playable_actions(
+    action_type: type[Action], replies: Sequence[str], actions: Sequence[Mapping[str, Any]] | None,
+    report: CheckReport,
+) -> list[Action] | None:
+    """The actions the steps are drawn from: `actions` (validated), else the replies a rollout
+    would make into actions; None (and the `action.from_reply` warning) when no reply makes one."""
+    if actions is not None:
+        played = []
+        for given in actions:
+            try:
+                played.append(action_type.model_validate(dict(given)))
+            except ValidationError as exc:
+                raise CheckOptionError(
+                    f"--action {json.dumps(given)[:200]} is not a {action_type.__name__}:"
+                    f" {_quote_exception(exc)}"
+                ) from None
+        return played
+    schema = action_type.model_json_schema()
+    playable: list[Action] = []
+    refusal = ""
+    for reply in replies:
+        try:
+            playable.append(action_type.model_validate(parse_reply(reply, schema)))
+        except (ReplyParseError, ValidationError) as exc:
+            refusal = refusal or f"{reply!r}: {_quote_exception(exc)}"
+    if playable:
+        return playable
+    fields = [name for name in action_type.model_fields if name != "metadata"]
+    example = json.dumps({name: "..." for name in fields})
+    report.warnings["action.from_reply"] = (
+        f"none of the {len(replies)} replies played becomes a {action_type.__name__} the way a"
+        f" rollout makes one (first refusal: {refusal}); a model must reply with a JSON object"
+        f" such as {example}"
+        + (f" or a bare value for {fields[0]!r}" if len(fields) == 1 else "")
+        + ": say so in the observation, or pass --replies (or --action) that fit. The step rules"
+        " were played with invented field values"
+    )
+    return None
 
 
 async def _check_server_environment(
     factory: Callable[[], Any], report: CheckReport, *, seed: int, concurrency: int, max_steps: int,
-    replies: Sequence[str],
+    replies: Sequence[str], actions: Sequence[Mapping[str, Any]] | None,
 ) -> None:
-    env, twin = factory(), factory()
+    env = await _call("factory.returns", "the factory", factory)
+    twin = await _call("factory.returns", "the factory", factory)
     for instance in (env, twin):
         if not _is_environment(instance):
             _fail("factory.returns", f"got {_describe(instance)}")
     report.passed.append("factory.returns")
 
     guard = _GlobalRandomGuard()
+    started = time.monotonic()
     first = _check_observation(
         "reset.returns", await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID),
         "reset",
     )
+    reset_s = time.monotonic() - started
     report.passed.append("reset.returns")
     guard.check("reset")
-    if not isinstance(env.state, State) and not _is_openenv_model(env.state, "step_count"):
-        _fail("state.returns", f"got {_describe(env.state)}")
+    state = await _call("state.returns", "state", lambda: env.state)
+    if not isinstance(state, State) and not _is_openenv_model(state, "step_count"):
+        _fail("state.returns", f"got {_describe(state)}")
     report.passed.append("state.returns")
     await _check_tools(factory, report, seed)
 
@@ -485,15 +773,23 @@ async def _check_server_environment(
         )
     report.passed.append("reset.seed_determinism")
 
+    # The resets of a crowd may share one CPU: each gets the call deadline on top of its share.
+    crowd_s = _WATCH.get().call_timeout + concurrency * reset_s
+    what = f"{concurrency} concurrent resets"
     if inspect.iscoroutinefunction(type(env).reset):
-        crowd = [factory() for _ in range(concurrency)]
+        crowd = [await _call("factory.returns", "the factory", factory) for _ in range(concurrency)]
         try:
-            outs = await asyncio.gather(*(e.reset(seed=seed, episode_id=_EPISODE_ID) for e in crowd))
+            outs = await asyncio.gather(
+                *(_call("reset.concurrent_seed_determinism", f"reset (one of {what})", e.reset, seed=seed,
+                        episode_id=_EPISODE_ID, within=crowd_s) for e in crowd)
+            )
         finally:
-            for e in crowd:
-                await _maybe_await(e.close())
+            await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
     else:
-        outs = await asyncio.to_thread(_reset_in_threads, factory, seed, concurrency)
+        outs = await _call(
+            "reset.concurrent_seed_determinism", what, _reset_in_threads, factory, seed, concurrency,
+            crowd_s, within=crowd_s,
+        )
     differing = sum(1 for out in outs if out != first)
     _check_concurrent_resets(differing, concurrency, seed, report)
 
@@ -503,17 +799,23 @@ async def _check_server_environment(
     rng = random.Random(seed)
     done = False
     played: list[Action] = []
-    if action_type is None or _sample_action(action_type, random.Random(seed), replies) is None:
+    trace: list[Any] = [_dump(first), _state_dump(state)]
+    if action_type is None and actions is not None:
+        raise CheckOptionError(
+            "--action needs the action type: annotate `def step(self, action: MyAction) -> MyObservation`"
+        )
+    pool = None if action_type is None else _playable_actions(action_type, replies, actions, report)
+    if action_type is None or (pool is None and _sample_action(action_type, random.Random(seed), replies) is None):
         reason = (
             "the action type is unknown (annotate `def step(self, action: MyAction) -> MyObservation`)"
-            " or has fields the checker cannot fill"
+            " or has fields the checker cannot fill (pass --action)"
         )
         for rule in ("step.returns", "step.seed_determinism", "step.after_done_refused"):
             report.skipped[rule] = reason
     else:
+        draw = _action_drawer(action_type, pool, replies)
         for _ in range(max_steps):
-            action = _sample_action(action_type, rng, replies)
-            assert action is not None  # every field was fillable for the first sample
+            action = draw(rng)
             played.append(action)
             guard = _GlobalRandomGuard()
             obs = _check_observation("step.returns", await _call("step.returns", "step", env.step, action), "step")
@@ -526,6 +828,7 @@ async def _check_server_environment(
                     f" {_describe(obs)} and {_describe(twin_obs)} to the same action",
                 )
             report.episode_steps += 1
+            trace.append(_dump(obs))
             done = obs.done
             if done:
                 break
@@ -536,16 +839,51 @@ async def _check_server_environment(
         elif observation_type is None:
             report.skipped["step.after_done_refused"] = "the observation type is unknown (annotate step's return)"
         else:
-            await _check_served_after_done(factory, action_type, observation_type, seed, played)
+            async with _deadline(
+                "step.after_done_refused", "replaying the episode through a server",
+                _WATCH.get().call_timeout * (len(played) + 4),
+            ):
+                await _check_served_after_done(factory, action_type, observation_type, seed, played)
             report.passed.append("step.after_done_refused")
 
+    other = await _call("factory.returns", "the factory", factory)
     try:
-        for instance in (env, twin):
-            await _maybe_await(instance.close())
-            await _maybe_await(instance.close())
-    except Exception as exc:
-        _fail("close.idempotent", f"the second close raised {type(exc).__name__}: {exc}")
+        other_trace = await _served_trace(other, seed + 1, played)
+    finally:
+        await _cleanup("close.idempotent", "close", other.close)
+    _compare_seeds(trace, other_trace, seed, report)
+
+    for instance in (env, twin):
+        await _call("close.idempotent", "close", instance.close)
+        await _call("close.idempotent", "the second close", instance.close)
     report.passed.append("close.idempotent")
+
+
+def _action_drawer(
+    action_type: type[Action], pool: list[Action] | None, replies: Sequence[str]
+) -> Callable[[random.Random], Action]:
+    """How each step's action is drawn: from the playable actions, else invented."""
+    if pool is not None:
+        return lambda rng: rng.choice(pool)
+
+    def invent(rng: random.Random) -> Action:
+        action = _sample_action(action_type, rng, replies)
+        assert action is not None  # every field was fillable for the first sample
+        return action
+
+    return invent
+
+
+async def _served_trace(env: Any, seed: int, actions: Sequence[Action]) -> list[Any]:
+    """What a server-side `env` shows reset with `seed` and played `actions` (until it ends)."""
+    trace: list[Any] = [_dump(await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID))]
+    trace.append(_state_dump(await _call("state.returns", "state", lambda: env.state)))
+    for action in actions:
+        obs = await _call("step.returns", "step", env.step, action)
+        trace.append(_dump(obs))
+        if getattr(obs, "done", False):
+            break
+    return trace
 
 
 async def _check_served_after_done(
@@ -581,22 +919,14 @@ def _name_of(target: Any) -> str:
     return getattr(target, "__qualname__", None) or type(target).__name__
 
 
-async def check_env_async(
-    target: Any,
-    *,
-    seed: int = 0,
-    concurrency: int = 16,
-    max_steps: int = 50,
-    replies: Sequence[str] = DEFAULT_REPLIES,
+async def _check(
+    target: Any, *, seed: int, concurrency: int, max_steps: int, replies: Sequence[str],
+    actions: Sequence[Mapping[str, Any]] | None,
 ) -> CheckReport:
-    """`check_env` for callers already inside an event loop."""
-    if isinstance(target, str):
-        target = resolve_target(target)
-    if concurrency < 2:
-        raise ValueError(f"concurrency must be at least 2 to test concurrent seeding, got {concurrency}")
-    if not replies:
-        raise ValueError("replies must not be empty")
+    before = set(threading.enumerate())
     if isinstance(target, type) and issubclass(target, Env):
+        if actions is not None:
+            raise CheckOptionError("--action is for Environment classes; an Env is played with --replies")
         report = CheckReport(_name_of(target), "Env")
         await _check_local_env(
             target, report, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies
@@ -604,11 +934,19 @@ async def check_env_async(
     elif callable(target):
         report = CheckReport(_name_of(target), "Environment")
         await _check_server_environment(
-            target, report, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies
+            target, report, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies,
+            actions=actions,
         )
     else:
         raise TypeError(
             f"check_env expects an Env class, an Environment class or factory, or a name; got {target!r}"
+        )
+    left = _threads_left(before)
+    if left:
+        report.warnings["close.threads"] = (
+            f"{len(left)} non-daemon thread(s) still run after close ({', '.join(t.name for t in left)[:200]}):"
+            " a process using this environment will not exit by itself; stop them in close() or"
+            " make them daemons"
         )
     return report
 
@@ -620,16 +958,76 @@ def check_env(
     concurrency: int = 16,
     max_steps: int = 50,
     replies: Sequence[str] = DEFAULT_REPLIES,
+    actions: Sequence[Mapping[str, Any]] | None = None,
+    call_timeout: float = DEFAULT_CALL_TIMEOUT_S,
 ) -> CheckReport:
     """Check that `target` obeys its environment contract; see the module docstring for the rules.
 
     `target` is an `Env` subclass, an `Environment` subclass or zero-argument factory, or a
-    string for `resolve_target`. Raises `EnvCheckError` (its `rule` names the broken rule) or
-    returns a `CheckReport`. Runs its own event loop: from async code use `check_env_async`.
+    string for `resolve_target`. `replies` are the model replies played; `actions` (action
+    dicts, `Environment` only) are played instead of them. Every env call must return within
+    `call_timeout` seconds. Raises `EnvCheckError` (its `rule` names the broken rule) or
+    `CheckOptionError`, or returns a `CheckReport`. The check runs in a thread of its own, with
+    its own event loop; it returns even when an env call never does (that call is left running
+    in a daemon thread).
     """
-    return asyncio.run(
-        check_env_async(target, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies)
+    if isinstance(target, str):
+        target = resolve_target(target)
+    if concurrency < 2:
+        raise ValueError(f"concurrency must be at least 2 to test concurrent seeding, got {concurrency}")
+    if not replies:
+        raise ValueError("replies must not be empty")
+    if not (math.isfinite(call_timeout) and call_timeout > 0):
+        raise ValueError(f"call_timeout must be a number of seconds > 0, got {call_timeout}")
+    watch = _Watch(call_timeout)
+    outcome: concurrent.futures.Future[CheckReport] = concurrent.futures.Future()
+
+    async def main() -> None:
+        _WATCH.set(watch)
+        try:
+            report = await _check(
+                target, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies, actions=actions
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as it is
+            outcome.set_exception(exc)
+        else:
+            outcome.set_result(report)
+
+    # The outcome is set before asyncio.run winds the loop down, which may wait on a hung call.
+    threading.Thread(target=asyncio.run, args=(main(),), name="check-env", daemon=True).start()
+    while not concurrent.futures.wait([outcome], timeout=0.1).done:
+        overdue = watch.overdue()
+        if overdue is not None:
+            raise EnvCheckError(
+                overdue.rule,
+                _too_slow(overdue.what, overdue.timeout) + "; it could not be stopped (it blocks the"
+                " event loop or ignores cancellation) and is left running",
+            )
+    return outcome.result()
+
+
+async def check_env_async(
+    target: Any,
+    *,
+    seed: int = 0,
+    concurrency: int = 16,
+    max_steps: int = 50,
+    replies: Sequence[str] = DEFAULT_REPLIES,
+    actions: Sequence[Mapping[str, Any]] | None = None,
+    call_timeout: float = DEFAULT_CALL_TIMEOUT_S,
+) -> CheckReport:
+    """`check_env` for callers inside an event loop (it waits in a worker thread)."""
+    return await asyncio.to_thread(
+        functools.partial(
+            check_env, target, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies,
+            actions=actions, call_timeout=call_timeout,
+        )
     )
+
+
+#: Envs that `envsdk rollout --env NAME` serves itself rather than finding in the registry: the
+#: class check-env checks for each (imported by name: the library does not depend on servers/).
+SERVED_ENVS = {"sudoku": "servers.sudoku.environment:SudokuEnvironment"}
 
 
 def resolve_target(spec: str) -> Any:
@@ -638,13 +1036,26 @@ def resolve_target(spec: str) -> Any:
     Raises `EnvNotFoundError` for an unknown name (listing the known ones), `ImportError` for an
     unknown module or attribute, `PluginLoadError` for a file that is missing or fails to import.
     """
+    if spec in SERVED_ENVS and spec not in envs:
+        return import_spec(SERVED_ENVS[spec])
     if spec in envs or ":" not in spec:
         return envs[spec]
     return import_spec(spec)
 
 
+def _json_action(text: str) -> dict[str, Any]:
+    """An ``--action`` value: a JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"message\": \"hi\"}}', got {text[:200]!r}")
+    return value
+
+
 def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``check-env TARGET [--external-plugins FILE ...] [--seed S]`` to an argparse CLI.
+    """Add ``check-env TARGET [options]`` to an argparse CLI.
 
     The sub-command's ``func`` default is `run_check_env`, which returns the exit code.
     """
@@ -653,34 +1064,74 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="check that an environment obeys the reset/step/seed/close contract",
         description=(
             "Run an environment directly and check its contract: return shapes, seeding"
-            " (also under concurrency), steps after done, idempotent close."
+            " (also under concurrency), steps after done, idempotent close. Exit code 0: every"
+            " rule holds; 1: a rule is broken (or a warning, with --strict); 2: the target or an"
+            " option cannot be used."
         ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("target", help="a registered env name, module:Class or path.py:Class")
     parser.add_argument(
         "--external-plugins", "--external_plugins", dest="external_plugins", nargs="+",
         action="extend", default=[], metavar="FILE", help="plugin files to import first",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the seed to check with (default 0)")
-    parser.add_argument("--concurrency", type=int, default=16, help="concurrent resets (default 16)")
-    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most (default 50)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed to check with")
+    parser.add_argument("--concurrency", type=int, default=16, help="concurrent resets")
+    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most")
+    parser.add_argument(
+        "--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
+        help="deadline of one env call (reset, step, close, a tool); a call past it breaks its rule",
+    )
+    parser.add_argument(
+        "--replies", nargs="+", action="extend", default=None, metavar="TEXT",
+        help="model replies to play instead of the generic ones (an Environment gets the action a"
+        " rollout makes of each); give ones that reach the env's seeded logic",
+    )
+    parser.add_argument(
+        "--action", dest="actions", action="append", type=_json_action, default=None, metavar="JSON",
+        help="an action to play, as a JSON object (repeatable; Environment classes only)",
+    )
+    parser.add_argument("--strict", action="store_true", help="fail (exit 1) on warnings too")
     parser.set_defaults(func=run_check_env)
     return parser
 
 
 def run_check_env(args: argparse.Namespace) -> int:
-    """Run ``check-env`` from parsed arguments: 0 when every rule holds, 1 when one is broken,
-    2 when the target could not be loaded."""
+    """Run ``check-env`` from parsed arguments: 0 when every rule holds, 1 when one is broken
+    (or, with ``--strict``, on a warning), 2 when the target or an option could not be used.
+
+    When the environment left non-daemon threads running, the process exits here (after
+    flushing the verdict) instead of returning: waiting for them could take forever."""
+    before = set(threading.enumerate())
+    code = _judge(args)
+    if _threads_left(before):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _judge(args: argparse.Namespace) -> int:
     try:
         load_plugins(args.external_plugins)
         target = resolve_target(args.target)
-    except (EnvNotFoundError, PluginLoadError, ImportError) as exc:
-        print(f"check-env: cannot load {args.target!r}: {exc}", file=sys.stderr)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a module may exit or fail while imported
+        print(f"envsdk check-env: error: cannot load {args.target!r}: {_quote_exception(exc)}", file=sys.stderr)
         return 2
     try:
-        report = check_env(target, seed=args.seed, concurrency=args.concurrency, max_steps=args.max_steps)
+        report = check_env(
+            target, seed=args.seed, concurrency=args.concurrency, max_steps=args.max_steps,
+            replies=tuple(args.replies) if args.replies else DEFAULT_REPLIES, actions=args.actions,
+            call_timeout=args.call_timeout,
+        )
     except EnvCheckError as exc:
         print(f"check-env {args.target}: FAILED rule {exc.rule}: {RULES[exc.rule]}: {exc.detail}", file=sys.stderr)
         return 1
+    except (CheckOptionError, ValueError) as exc:
+        print(f"check-env {args.target}: error: {exc}", file=sys.stderr)
+        return 2
     print(report)
+    if args.strict and report.warnings:
+        print(f"check-env {args.target}: FAILED under --strict: {len(report.warnings)} warning(s)", file=sys.stderr)
+        return 1
     return 0
