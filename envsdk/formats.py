@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from envsdk.registry import Registry, import_spec
 
@@ -75,7 +75,7 @@ def _transcript(messages: list[Any]) -> str:
     )
 
 
-def _is_transcript(value: Any) -> bool:
+def _is_transcript(value: Any) -> TypeGuard[list[Any]]:
     return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
 
 
