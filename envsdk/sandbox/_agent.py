@@ -1,3 +1,6 @@
+# mypy: ignore-errors
+# (This file is not imported: it is the -c source of the sandbox's own interpreter, which has
+# no envsdk and may be another Python version; it keeps to the plain standard library.)
 """The agent: the one process a sandbox starts, run inside it by every provider.
 
 The host sends one JSON line per request on the agent's stdin and reads one JSON line back on

@@ -31,7 +31,7 @@ SHOWN_CHARS = 2000
 def extract_code(text: str) -> str:
     """The code of a reply: its last fenced block tagged python (or untagged), else its last
     fenced block of any tag, else the whole text."""
-    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    blocks: list[tuple[str, str]] = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     for tag, body in reversed(blocks):
         if tag in ("", "python", "py", "python3"):
             return body

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
+from envsdk.protocol import ErrorCode
 from envsdk.rewards.parts import REWARD_COMPONENTS
 from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
 from envsdk.tools import tool
@@ -90,7 +91,7 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
         )
         return CodeObservation(metadata=self._problem_info())
 
-    def step(self, action: CodeAction) -> CodeObservation:  # type: ignore[override]
+    def step(self, action: CodeAction) -> CodeObservation:
         """Run `action.code` in the interpreter, then the tests when the entry point is defined."""
         sandbox, problem = self._running()
         compiles = _compiles(action.code)
@@ -185,9 +186,12 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
 
     def _running(self, allow_done: bool = False) -> tuple[Sandbox, Problem]:
         if self._sandbox is None or self._problem is None:
-            raise NotResetError("call reset before step")
+            raise NotResetError("Call reset before step", code=ErrorCode.NOT_RESET.value)
         if self._done and not allow_done:
-            raise EpisodeDoneError("the episode is over (tests passed, submitted or out of steps); reset to start another")
+            raise EpisodeDoneError(
+                "The episode is over (tests passed, submitted or out of steps); reset to start another",
+                code=ErrorCode.EPISODE_DONE.value,
+            )
         return self._sandbox, self._problem
 
     def _run(self, call: Callable[[], CompletedRun]) -> CompletedRun:
