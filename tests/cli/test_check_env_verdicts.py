@@ -9,11 +9,15 @@ action a rollout's text reply cannot build, or that ignores its seed, is named.
 from __future__ import annotations
 
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from envsdk.checker import EnvCheckError, check_env
+from envsdk.testing import EchoEnvironment
 from tests.cli.conftest import Result, envsdk
 
 pytestmark = pytest.mark.timeout(120)
@@ -266,3 +270,29 @@ def test_a_bad_action_option_is_a_usage_error(tmp_path: Path) -> None:
     result, _ = check(tmp_path, SECRETS, "TypedSecret", "--action", '{"guess": "many"}')
     assert result.returncode == 2, result
     assert "--action" in result.stderr and "guess" in result.stderr and "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------ the library call
+
+
+_RELEASE = threading.Event()
+
+
+class _LoopBlocker(EchoEnvironment):
+    """An async reset that blocks the event loop until the test lets it go."""
+
+    async def reset(self, *args: Any, **kwargs: Any) -> Any:
+        _RELEASE.wait()
+
+
+@pytest.mark.timeout(60)
+def test_check_env_returns_a_verdict_while_the_env_call_still_blocks() -> None:
+    started = time.monotonic()
+    try:
+        with pytest.raises(EnvCheckError) as caught:
+            check_env(_LoopBlocker, call_timeout=1)
+        elapsed = time.monotonic() - started
+    finally:
+        _RELEASE.set()  # the abandoned call returns and the check's thread ends
+    assert caught.value.rule == "reset.returns" and "did not return within 1 s" in caught.value.detail
+    assert elapsed < 1 + 10

@@ -207,3 +207,19 @@ async def test_a_judged_env_sends_the_judge_part_on_the_wire(served_model: tuple
         local = WeightedSum([Gate(Short(), 1.0), LLMJudge(TEMPLATE, policy, default_score=0.5)], weights=[0.5, 0.5])
         scored = await ascore(local, MoveAction(message="[9 1 4]"), MoveObservation(text="R1 4 8 . | 9 5 7. Score?"))
     assert (scored.reward, scored.parts) == (result.reward, parts)
+
+
+async def test_a_judge_over_a_trickling_server_gives_up_at_the_policy_deadline() -> None:
+    import time
+
+    from envsdk.policies.openai_chat import InferenceTimeoutError
+    from tests.policies.test_openai_chat import _trickling_app
+
+    reply = b'{"choices": [{"message": {"content": "Score: 1"}, "finish_reason": "stop"}]}'
+    with running_server(_trickling_app(reply, delay_s=0.25, chunk=1), timeout_graceful_shutdown=2) as url:
+        async with OpenAIChatPolicy(url, "judge", timeout=2) as policy:
+            judge = LLMJudge(TEMPLATE, policy, default_score=0.5)
+            started = time.monotonic()
+            with pytest.raises(InferenceTimeoutError):
+                await judge("[1 2 3]", "R1 4 8 .")  # a transport failure is not an unreadable reply
+            assert time.monotonic() - started < 2 + 3
