@@ -34,9 +34,15 @@ class SandboxPool:
         self.taken_warm = 0
         self.taken_cold = 0
         self._thread: threading.Thread | None = None
-        if warm:
-            self._thread = threading.Thread(target=self._fill, name="envsdk-sandbox-pool", daemon=True)
-            self._thread.start()
+        self.open()
+
+    def open(self) -> None:
+        """Start keeping `warm` sandboxes ready (again, after `close`)."""
+        with self._cond:
+            self._closed = False
+            if self.warm and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._fill, name="envsdk-sandbox-pool", daemon=True)
+                self._thread.start()
 
     @property
     def ready(self) -> int:
@@ -89,5 +95,6 @@ class SandboxPool:
             self._cond.notify_all()
         for sandbox in ready:
             sandbox.close()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -32,7 +35,7 @@ def create_coding_app(
     `server_options` are `envsdk.server.ServerConfig` fields; ``max_concurrent_envs`` is also
     the most sandboxes that exist at once beyond the warm ones, since each session holds one.
     ``/health`` gains ``sandbox``: the provider, what it isolates, its limits and the pool.
-    The app's shutdown closes the pool's sandboxes (sessions close their own).
+    The app's lifespan shutdown closes the pool's sandboxes after the sessions closed theirs.
     """
     humaneval()  # fail now, not at the first reset, when the task set is missing
     pool = SandboxPool(make_provider(provider, limits), warm=warm)
@@ -43,9 +46,26 @@ def create_coding_app(
     server_options.setdefault("env_name", "CodingEnvironment")
     app = create_app(make_env, CodeAction, CodeObservation, state_type=CodeState, **server_options)
     app.state.envsdk_sandbox_pool = pool
-    app.router.on_shutdown.append(pool.close)
+    _close_pool_on_shutdown(app, pool)
     _add_sandbox_health(app, pool)
     return app
+
+
+def _close_pool_on_shutdown(app: FastAPI, pool: SandboxPool) -> None:
+    """Around the server's own lifespan: the pool (re)opens at start-up and closes once every
+    session has closed its sandbox, in a thread (closing kills processes and waits)."""
+    served = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
+        pool.open()
+        try:
+            async with served(application) as state:
+                yield state
+        finally:
+            await asyncio.to_thread(pool.close)
+
+    app.router.lifespan_context = lifespan
 
 
 def _add_sandbox_health(app: FastAPI, pool: SandboxPool) -> None:

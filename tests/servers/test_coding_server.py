@@ -4,6 +4,7 @@ the rollout command (164/164 with the oracle, 0/164 with wrong solutions)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from envsdk.cli import main as envsdk_main
 from envsdk.games.humaneval import humaneval
 from envsdk.testing import running_server
 from servers.coding import CodingEnvironment, create_coding_app
-from tests.sandbox.conftest import ensure_bwrap
+from tests.sandbox.conftest import ensure_bwrap, processes_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -193,3 +194,16 @@ def test_rollout_command_scores_every_humaneval_problem(
     assert len(rows) == 164 and {r["env_config"]["seed"] for r in rows} == set(range(164))
     assert sum(r["success"] for r in rows) == solved
     assert sum(r["total_reward"] for r in rows) == float(solved)
+
+
+def test_server_shutdown_closes_the_warm_sandboxes() -> None:
+    app = create_coding_app(provider="process", warm=2)
+    pool = app.state.envsdk_sandbox_pool
+    with running_server(app):
+        deadline = time.monotonic() + 30
+        while pool.ready < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = list(pool._ready)
+        assert len(ready) == 2
+    assert pool.ready == 0 and all(not box.alive for box in ready)
+    assert all(processes_of(box.uid, box.pid) == [] for box in ready)
