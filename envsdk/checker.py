@@ -54,10 +54,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from envsdk.env import Env, Environment, RolloutRequest
-from envsdk.errors import EnvNotFoundError, EnvSDKError
+from envsdk.errors import EnvSDKError
 from envsdk.formats import ReplyParseError, parse_reply
 from envsdk.policies.scripted import GENERIC_REPLIES
-from envsdk.registry import PluginLoadError, envs, import_spec, load_plugins
+from envsdk.registry import envs, import_spec, load_plugins
 from envsdk.types import Action, Observation, State
 
 __all__ = [

@@ -16,7 +16,7 @@ that an unreadable reply is never a silent score:
   in ``last_error`` (None after a readable reply) and logged as a warning.
 * ``score_pattern=None`` — `DEFAULT_SCORE_PATTERN`, the last ``Score: <number>`` of the reply
   (OpenEnv's reads the first number anywhere, such as the 2 of "2+2=4"). Pass
-  ``score_pattern=r"(\d+\.?\d*)"`` for OpenEnv's.
+  ``score_pattern=r"(\\d+\\.?\\d*)"`` for OpenEnv's.
 
 `score_range` (envsdk only) is the range `normalize` clamps to; with ``normalize=False`` a score
 outside a given `score_range` is unreadable.
