@@ -1068,24 +1068,25 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
             " rule holds; 1: a rule is broken (or a warning, with --strict); 2: the target or an"
             " option cannot be used."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("target", help="a registered env name, module:Class or path.py:Class")
     parser.add_argument(
         "--external-plugins", "--external_plugins", dest="external_plugins", nargs="+",
         action="extend", default=[], metavar="FILE", help="plugin files to import first",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the seed to check with")
-    parser.add_argument("--concurrency", type=int, default=16, help="concurrent resets")
-    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most")
+    parser.add_argument("--seed", type=int, default=0, help="the seed to check with (default 0)")
+    parser.add_argument("--concurrency", type=int, default=16, help="concurrent resets (default 16)")
+    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most (default 50)")
     parser.add_argument(
         "--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
-        help="deadline of one env call (reset, step, close, a tool); a call past it breaks its rule",
+        help=f"deadline of one env call (reset, step, close, a tool); a call past it breaks its rule"
+        f" (default {DEFAULT_CALL_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--replies", nargs="+", action="extend", default=None, metavar="TEXT",
         help="model replies to play instead of the generic ones (an Environment gets the action a"
-        " rollout makes of each); give ones that reach the env's seeded logic",
+        " rollout makes of each); give ones that reach the env's seeded logic (default: the"
+        " generic random policy's)",
     )
     parser.add_argument(
         "--action", dest="actions", action="append", type=_json_action, default=None, metavar="JSON",
