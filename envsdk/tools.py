@@ -4,8 +4,12 @@ A tool is a method with annotated parameters and a docstring; its JSON schema co
 the annotations, its description from the docstring. The server lists and calls tools
 through MCP (``POST /mcp``, ``WS /mcp``, ``{"type": "mcp"}`` on ``/ws``, and the step actions
 ``{"type": "list_tools"}`` / ``{"type": "call_tool", "tool_name": …, "arguments": {…}}``),
-exactly as it does for an OpenEnv ``MCPEnvironment``. A tool call is an env call: it runs
-where the env's other calls run, under the step deadline, and counts in ``/metrics``.
+as it does for an OpenEnv ``MCPEnvironment``. A tool call is an env call: it runs where the
+env's other calls run (a plain method on the session's thread, an ``async def`` on the event
+loop), under the tool deadline (a ``tool_timeout_s`` class attribute, else the step's), and
+counts in ``/metrics``. Every route calls the tool method itself, step actions included (the
+env's ``step`` takes its own action type, not a tool call): such a reply carries no reward and
+does not end the episode; the env scores through its own ``step`` or its state's ``reward``.
 
 ::
 
