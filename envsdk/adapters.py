@@ -42,6 +42,7 @@ __all__ = [
     "EnvEnvironment",
     "env_app",
     "RemoteEnv",
+    "serves_chat",
     "local_client",
     "LocalEnvClient",
 ]
@@ -83,12 +84,14 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
     env is built with), ``env_config`` (merged over ``data_dict["env_config"]``), ``uuid``;
     ``seed``, when given, overrides ``env_config["seed"]``. Each reset builds a fresh env
     instance (closing the previous one), as ms-swift does per trajectory. ``step`` passes the
-    conversation to ``env.step``. The server refuses steps after ``done``.
+    conversation to ``env.step``. A step after ``done`` raises `EpisodeDoneError` here, whatever
+    the env would do (the `Env` contract), and on any transport.
     """
 
     def __init__(self, env_cls: type[Env]) -> None:
         self.env_cls = env_cls
         self._env: Env | None = None
+        self._done = False
         self._state = State()
 
     # The row's keys are named, not swallowed by **kwargs: the server refuses unknown reset
@@ -115,6 +118,7 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         )
         await self.close()
         self._env = self.env_cls(config)
+        self._done = False
         self._state = State(episode_id=episode_id or request.uuid, step_count=0)
         observation, info, system_message = await self._env.reset(request)
         return ChatObservation(text=observation, info=info, system_message=system_message, reward=0.0)
@@ -122,7 +126,12 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
     async def step(self, action: ChatAction) -> ChatObservation:
         if self._env is None:
             raise NotResetError("EnvEnvironment.step called before reset", ErrorCode.NOT_RESET.value)
+        if self._done:
+            raise EpisodeDoneError(
+                f"the {self.env_cls.__name__} episode is over; reset before stepping again", ErrorCode.EPISODE_DONE.value
+            )
         observation, reward, done, info = await self._env.step(action.messages)
+        self._done = bool(done)
         self._state.step_count += 1
         # The env's rubric parts go where every client looks for them: the observation metadata.
         parts = components_from(info)
@@ -206,6 +215,23 @@ def _serves_chat(schema: dict[str, Any]) -> bool:
     action = set((schema.get("action") or {}).get("properties") or {})
     observation = set((schema.get("observation") or {}).get("properties") or {})
     return "messages" in action and {"text", "info", "system_message"} <= observation
+
+
+def serves_chat(base_url: str, timeout_s: float = 10.0) -> bool:
+    """Whether the server at `base_url` serves a local `Env` through `env_app` (its ``/schema``
+    has the conversation action and text observation), so that `RemoteEnv` plays it in chat
+    mode; False when it is another server or does not answer."""
+    import os
+
+    token = os.environ.get("ENVSDK_TOKEN")
+    request = urllib.request.Request(
+        _http_url(base_url, "/schema"), headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return _serves_chat(dict(json.load(response)))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 class RemoteEnv(Env):

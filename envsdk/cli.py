@@ -10,7 +10,12 @@ subcommand by appending one ``(name, add_parser)`` pair.
   annotations of its ``step`` method (``action`` parameter and return type);
 * ``target`` a zero-argument factory: pass ``--action`` and ``--observation`` (or annotate the
   factory's return type with an `Environment` subclass, whose ``step`` is then read);
+* ``target`` an ms-swift-style `Env` subclass: served through `envsdk.adapters.env_app` (the
+  action is the conversation, the observation the env's text; a step after done is refused);
 * ``target`` an ASGI app (e.g. a FastAPI app already built by `create_app`): served as is.
+
+Every subcommand exits 2 on a usage error and 1 on a failure, with one line
+``envsdk <command>: error: ...`` on stderr and no traceback.
 """
 
 from __future__ import annotations
@@ -22,30 +27,53 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envsdk.env import Environment
+from envsdk.env import Env, Environment, step_types
 from envsdk.errors import EnvSDKError
 
-__all__ = ["main", "COMMANDS", "import_target"]
+__all__ = ["main", "COMMANDS", "import_target", "CommandError", "EXTRAS"]
+
+#: The optional dependencies' top-level modules and the extra of envsdk that installs each.
+EXTRAS = {
+    "fastmcp": "mcp", "matplotlib": "report", "httpx": "openai", "ray": "ray", "vllm": "vllm",
+    "torch": "train", "transformers": "train", "tokenizers": "train", "accelerate": "train",
+    "trl": "train", "datasets": "train",
+}
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class CommandError(Exception):
+    """What a subcommand cannot do, in one line; `code` is its exit status (2: usage, 1: failure)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """One line naming the install command when `exc` is an optional dependency that is not
+    installed, else None. envsdk is installed from its clone, so the command is pip's editable
+    form there (the package is not on the registry under that name)."""
+    name = (exc.name or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    extra = EXTRAS[name]
+    return (
+        f"{name} is not installed (envsdk's [{extra}] extra): run pip install -e '.[{extra}]' in the envsdk "
+        f"clone, or pip install {name}"
+    )
 
 
 def import_target(spec: str) -> Any:
     """The object named by ``"package.module:attribute"`` or ``"path/file.py:attribute"``
-    (`envsdk.registry.import_spec`); a `SystemExit` with one line when it cannot be imported."""
+    (`envsdk.registry.import_spec`); a `CommandError` with one line when it cannot be imported."""
     from envsdk.registry import PluginLoadError, import_spec
 
     try:
         return import_spec(spec)
     except (ImportError, PluginLoadError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-
-
-def _step_types(env_class: type) -> tuple[Any, Any]:
-    """(action type, observation type) from ``env_class.step``'s annotations, None if absent."""
-    try:
-        hints = typing.get_type_hints(getattr(env_class, "step"))
-    except Exception:  # unresolvable annotations: the user passes --action/--observation
-        return None, None
-    return hints.get("action"), hints.get("return")
+        cause = exc if isinstance(exc, ImportError) else exc.__cause__
+        hint = missing_extra(cause) if isinstance(cause, ImportError) else None
+        raise CommandError(f"cannot import {spec}: {hint}" if hint else str(exc), 1 if hint else 2) from None
 
 
 def _build_app(args: argparse.Namespace) -> Any:
@@ -62,7 +90,16 @@ def _build_app(args: argparse.Namespace) -> Any:
         os.environ["ENVSDK_ALLOWED_HOSTS"] = args.allowed_hosts
     target = import_target(args.target)
     if not callable(target):
-        raise SystemExit(f"error: {args.target!r} is neither an app nor an environment factory")
+        raise CommandError(f"{args.target!r} is neither an app nor an environment factory")
+    overrides: dict[str, Any] = {}
+    if args.max_concurrent_envs is not None:
+        overrides["max_concurrent_envs"] = args.max_concurrent_envs
+    if isinstance(target, type) and issubclass(target, Env):
+        # An ms-swift-style Env has no action/observation types of its own: the adapter's
+        # conversation-in, text-out pair serves it (and refuses a step after done).
+        from envsdk.adapters import env_app
+
+        return env_app(target, **overrides)
     is_env_class = isinstance(target, type) and issubclass(target, Environment)
     if not is_env_class and not isinstance(target, type) and _is_asgi_app(target):
         built = getattr(getattr(target, "state", None), "envsdk_config", None)
@@ -70,24 +107,22 @@ def _build_app(args: argparse.Namespace) -> Any:
         wanted = args.max_concurrent_envs
         if wanted is not None and capacity is not None and capacity != wanted:
             # The app fixed its capacity when it was built: say so rather than serve another one.
-            raise SystemExit(
-                f"error: {args.target} is an app already built with max_concurrent_envs="
+            raise CommandError(
+                f"{args.target} is an app already built with max_concurrent_envs="
                 f"{capacity}; --max-concurrent-envs {wanted} cannot change it: pass it to "
                 "create_app(...), or serve the environment class (module:MyEnv) instead"
             )
         return target
     env_class = target if is_env_class else _returned_env_class(target)
-    inferred_action, inferred_obs = _step_types(env_class) if env_class is not None else (None, None)
+    inferred_action, inferred_obs = step_types(env_class) if env_class is not None else (None, None)
     action = import_target(args.action) if args.action else inferred_action
     observation = import_target(args.observation) if args.observation else inferred_obs
     if not isinstance(action, type) or not isinstance(observation, type):
-        raise SystemExit(
-            f"error: cannot tell the action/observation types of {args.target!r}; "
-            "pass --action module:Class and --observation module:Class"
+        raise CommandError(
+            f"cannot tell the action/observation types of {args.target!r} from its step's annotations; "
+            "annotate step(self, action: MyAction) -> MyObservation, or pass --action module:Class and "
+            "--observation module:Class"
         )
-    overrides: dict[str, Any] = {}
-    if args.max_concurrent_envs is not None:
-        overrides["max_concurrent_envs"] = args.max_concurrent_envs
     return create_app(target, action, observation, **overrides)
 
 
@@ -108,6 +143,13 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
 def _run_serve(args: argparse.Namespace) -> int:
     from envsdk.server import serve
 
+    # Read here, so that a bad value is one line rather than a traceback from deep in the server.
+    for name in ("PORT", "MAX_CONCURRENT_ENVS"):
+        value = os.environ.get(name)
+        if value and not (value.isdigit() and int(value) >= (1 if name == "MAX_CONCURRENT_ENVS" else 0)):
+            raise CommandError(f"{name}={value!r} is not a {'port number' if name == 'PORT' else 'positive number'}")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port} is not a port number (0-65535)")
     if args.replicas > 1 or args.replicas_file:
         return _run_replicas(args)
     serve(_build_app(args), host=args.host, port=args.port, log_level=args.log_level)
@@ -127,7 +169,9 @@ def _add_serve(subparsers: Any) -> None:
     )
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
-    parser.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    parser.add_argument(
+        "--log-level", default="info", choices=LOG_LEVELS, help="uvicorn's and envsdk's log level (default: info)"
+    )
     from envsdk.server.config import add_access_arguments
 
     add_access_arguments(parser)
@@ -191,21 +235,46 @@ COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: ``sys.argv[1:]``), run the chosen subcommand, return its code."""
-    parser = argparse.ArgumentParser(prog="envsdk", description=__doc__.splitlines()[0])
+    from envsdk import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="envsdk", description="Serve, check, roll out and report on environments for agentic RL."
+    )
+    parser.add_argument("--version", action="version", version=f"envsdk {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for _name, add_parser in COMMANDS:
         add_parser(subparsers)
-    args = parser.parse_args(argv)
-    args.command_line = list(argv) if argv is not None else sys.argv[1:]
-    # `module:Name` targets, policies and plugins are looked up in the current folder first, as
-    # `python -m` and uvicorn do; a console script alone would not see it.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    try:
+        args = parser.parse_args(argv)
+        args.command_line = list(argv) if argv is not None else sys.argv[1:]
+        # `module:Name` targets, policies and plugins are looked up in the current folder first,
+        # as `python -m` and uvicorn do; a console script alone would not see it.
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe can no longer be handled
+        return code
+    except BrokenPipeError:
+        # The reader went away (`envsdk ... | head`): nothing more to say, and nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
+    except CommandError as exc:
+        print(f"envsdk {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
     except EnvSDKError as exc:
         # Typed errors are the user's to fix: one line, no traceback.
         print(f"envsdk {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        print(f"envsdk {args.command}: error: {hint}", file=sys.stderr)
         return 1
 
 

@@ -63,7 +63,7 @@ def import_spec(spec: str) -> Any:
                     f"cannot import {module_part!r}: no module named {exc.name!r} in {Path.cwd()} or on"
                     " the Python path (run from the folder that holds it, or name the file: path/to/file.py:Name)"
                 ) from None
-            raise ImportError(f"cannot import {module_part!r}: {exc}") from None
+            raise ImportError(f"cannot import {module_part!r}: {exc}", name=exc.name) from None
     obj = module
     for part in attribute.split("."):
         try:

@@ -137,7 +137,16 @@ def _bins(values: Sequence[float]) -> int:
 
 
 def _histogram(ax: Any, values: Sequence[float], title: str, color: str) -> None:
-    ax.hist(values, bins=_bins(values), color=color, edgecolor="white")
+    if min(values) == max(values):
+        # One value: one bar over it and one tick at it, not matplotlib's fractional spread.
+        only = values[0]
+        ax.hist(values, bins=[only - 0.5, only + 0.5], color=color, edgecolor="white")
+        ax.set_xticks([only])
+    else:
+        ax.hist(values, bins=_bins(values), color=color, edgecolor="white")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # episode counts
     mean = fmean(values)
     ax.axvline(mean, color="#1d2330", linestyle="--", linewidth=1)
     ax.set_title(f"{title}\nmean {mean:.3f}, n={len(values)}", fontsize=10)
@@ -193,33 +202,52 @@ def _plot_episodes(episodes: list[Episode], out: Path) -> None:
     fig.savefig(out)
 
 
-def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None:
+def training_figure(episodes: list[Episode], names: list[str]) -> Any:
+    """The training curves: mean total reward (min–max band), success rate (left out when
+    every episode's reward is its 0/1 success: the same curve twice) and mean components, over
+    integer training steps."""
+    from matplotlib.ticker import MaxNLocator
+
     by_step: dict[float, list[Episode]] = defaultdict(list)
     for e in episodes:
         if e.training_step is not None:
             by_step[e.training_step].append(e)
     steps = sorted(by_step)
-    panels = 2 + (1 if names else 0)
+    reward_is_success = all(e.total_reward == float(e.success) for e in episodes)
+    panels = 1 + (0 if reward_is_success else 1) + (1 if names else 0)
     fig = _figure(6.4, 2.8 * panels)
     axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     totals = [[e.total_reward for e in by_step[s]] for s in steps]
     axes[0].plot(steps, [fmean(t) for t in totals], color="#2f6fde", marker="o", markersize=3, label="mean")
     axes[0].fill_between(steps, [min(t) for t in totals], [max(t) for t in totals], color="#2f6fde", alpha=0.15, label="min–max")
-    axes[0].set_title("total reward per training step", fontsize=10)
+    axes[0].set_title(
+        "total reward per training step" + (" (the reward is success, 0/1: mean = success rate)" if reward_is_success else ""),
+        fontsize=10,
+    )
     axes[0].legend(fontsize=8)
-    axes[1].plot(steps, [fmean(float(e.success) for e in by_step[s]) for s in steps], color="#12805c", marker="o", markersize=3)
-    axes[1].set_ylim(-0.05, 1.05)
-    axes[1].set_title("success rate per training step", fontsize=10)
+    if not reward_is_success:
+        axes[1].plot(steps, [fmean(float(e.success) for e in by_step[s]) for s in steps], color="#12805c", marker="o", markersize=3)
+        axes[1].set_ylim(-0.05, 1.05)
+        axes[1].set_title("success rate per training step", fontsize=10)
     if names:
         for name in names:
             points = [(s, fmean(vals)) for s in steps if (vals := [e.components[name] for e in by_step[s] if name in e.components])]
-            axes[2].plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name)
-        axes[2].set_title("mean components per training step", fontsize=10)
-        axes[2].legend(fontsize=8, ncol=2)
+            axes[-1].plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name)
+        axes[-1].set_title("mean components per training step", fontsize=10)
+        axes[-1].legend(fontsize=8, ncol=2)
     axes[-1].set_xlabel("training step")
+    # Steps are counted, not measured: whole ticks (each step's own while there are few).
+    if len(steps) <= 12:
+        axes[-1].set_xticks(steps)
+    else:
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.savefig(out)
+    return fig
+
+
+def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None:
+    training_figure(episodes, names).savefig(out)
 
 
 # ---------------------------------------------------------------- page
@@ -367,10 +395,12 @@ def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
     ):
         palette = [colors[i % len(colors)] for i in range(len(labels))]
         bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)
-        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], label_type="center", color="white")
+        # Above each bar (and its error bar), so that a 0.00 bar's label is not lost in the axis.
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=4, color="#1d2330")
+        ax.margins(y=0.15)
         ax.set_title(f"{title} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in loaded), fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    rate_ax.set_ylim(0, 1.05)
+    rate_ax.set_ylim(0, 1.2)  # room for a label above a bar at 1.0
     fig.savefig(target)
     return target
 
@@ -404,8 +434,12 @@ def report_command(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401  (only to fail early with the install hint)
     except ImportError:
-        print("error: envsdk report needs matplotlib: pip install 'envsdk[report]'", file=sys.stderr)
-        return 2
+        print(
+            "envsdk report: error: matplotlib is not installed (envsdk's [report] extra): run "
+            "pip install -e '.[report]' in the envsdk clone, or pip install matplotlib",
+            file=sys.stderr,
+        )
+        return 1
     files = [Path(p) for p in args.completions]
     try:
         if len(files) == 1:
@@ -417,7 +451,7 @@ def report_command(args: argparse.Namespace) -> int:
             compare = write_comparison(files, folder / "compare.png")
             reports = [write_report(f, given / _label(f) if given else None) for f in files]
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"envsdk report: error: {exc}", file=sys.stderr)
         return 2
     for report in reports:
         if report.groups is not None:

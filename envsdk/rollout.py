@@ -288,50 +288,65 @@ def make_scheduler(
     concurrency: int = 8,
     max_completion_chars: int | None = None,
     scheduler: str | None = None,
+    formatter: str | None = None,
 ) -> MultiTurnScheduler:
     """The scheduler for `env`: the registered scheduler named `scheduler` when given; else
-    Sudoku → `SudokuScheduler`; another name with a base URL → `ToolScheduler` when the server
-    lists tools (`envsdk.schedulers.tools.serves_tools`), else `OpenEnvScheduler`; else a
-    registered local `Env` → `GYMScheduler` (raises `EnvNotFoundError`, listing the known names,
-    when there is none).
+    Sudoku → `SudokuScheduler`; another name with a base URL → a `GYMScheduler` playing it as
+    `RemoteEnv` when the server is a served local `Env` (`envsdk.adapters.serves_chat`), a
+    `ToolScheduler` when it lists tools (`envsdk.schedulers.tools.serves_tools`), else
+    `OpenEnvScheduler`; else a registered local `Env` → `GYMScheduler` (raises
+    `EnvNotFoundError`, listing the known names, when there is none). `formatter` (a name in
+    `envsdk.formats.formatters`) is how a server's observations become the model's text.
 
     A named scheduler is built with the keyword arguments its constructor accepts among
-    ``max_turns``, ``max_completion_chars``, ``max_concurrent_envs``, ``base_url`` and
-    ``gym_env``."""
+    ``max_turns``, ``max_completion_chars``, ``max_concurrent_envs``, ``base_url``, ``gym_env``
+    and ``formatter``."""
     turns: dict[str, Any] = {"max_turns": max_turns} if max_turns is not None else {}
+    shown: dict[str, Any] = {"formatter": formatter} if formatter is not None else {}
     if scheduler is not None:
         from envsdk.registry import schedulers
 
         cls = schedulers[scheduler]
         offered: dict[str, Any] = {
-            **turns, "max_completion_chars": max_completion_chars, "max_concurrent_envs": concurrency,
+            **turns, **shown, "max_completion_chars": max_completion_chars, "max_concurrent_envs": concurrency,
             "base_url": base_url, "gym_env": env,
         }
         params = inspect.signature(cls).parameters
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            accepted = {k: v for k, v in offered.items() if k in ("max_turns", "max_completion_chars")}
+            accepted = {k: v for k, v in offered.items() if k in ("max_turns", "max_completion_chars", "formatter")}
         else:
             accepted = {k: v for k, v in offered.items() if k in params}
         built: MultiTurnScheduler = cls(**accepted)
         return built
     if env == SUDOKU:
         return SudokuScheduler(
-            max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
+            max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns, **shown
         )
     if env == CODING:
         from envsdk.schedulers.coding import CodingScheduler
 
         return CodingScheduler(
-            base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
+            base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns,
+            **shown,
         )
     if base_url is not None:
+        from envsdk.adapters import RemoteEnv, serves_chat
+        from envsdk.registry import Registry
         from envsdk.schedulers.tools import ToolScheduler, serves_tools
 
-        # A tool server played as a text env would never see a tool call: ask it (its /mcp).
         first = base_url if isinstance(base_url, str) else base_url[0] if base_url else ""
-        remote = ToolScheduler if first.startswith(("http", "ws")) and serves_tools(first) else OpenEnvScheduler
+        is_url = first.startswith(("http", "ws"))
+        if is_url and not shown and serves_chat(first):
+            # A local Env served by `envsdk serve`: its action is the conversation, which
+            # RemoteEnv passes through, so the env sees exactly what it would in-process.
+            served: Registry[Any] = Registry("env")
+            served[env] = RemoteEnv
+            return GYMScheduler(env, registry=served, max_completion_chars=max_completion_chars, **turns)
+        # A tool server played as a text env would never see a tool call: ask it (its /mcp).
+        remote = ToolScheduler if is_url and serves_tools(first) else OpenEnvScheduler
         return remote(
-            base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns
+            base_url=base_url, max_concurrent_envs=concurrency, max_completion_chars=max_completion_chars, **turns,
+            **shown,
         )
     from envsdk.registry import envs
 
@@ -408,6 +423,7 @@ async def run_batches(
     finished: list[Trajectory] | None = None,
     append: bool = False,
     stop_after_connection_errors: int | None = STOP_AFTER_CONNECTION_ERRORS,
+    formatter: str | None = None,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
@@ -468,7 +484,8 @@ async def run_batches(
                 scheduler
                 if isinstance(scheduler, MultiTurnScheduler)
                 else make_scheduler(
-                    batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency, scheduler=scheduler
+                    batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency, scheduler=scheduler,
+                    formatter=formatter,
                 )
             )
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
@@ -569,6 +586,12 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--scheduler", default=None,
         help=f"a registered scheduler: {', '.join(sorted(schedulers))}, or one a plugin registers (default: "
         "sudoku for sudoku, openenv for a server, gym for a local env)",
+    )
+    parser.add_argument(
+        "--formatter", default=None, metavar="NAME",
+        help="how a server's observations become the model's text: text (the observation's text, only a "
+        "transcript's new part per turn), json (ms-swift's JSON dump), or one registered in "
+        "envsdk.formats.formatters (default: text)",
     )
     parser.add_argument("--model", default=None, help="model name (openai) or local path (transformers)")
     parser.add_argument(
@@ -687,6 +710,11 @@ def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, wher
             f"{where}: --scheduler {args.scheduler} plays environment servers, but {env} has no "
             f"base URL: give --base-url URL (or env_config.base_url), or drop --scheduler to play {env} here"
         )
+    if args.formatter is not None and not on_server:
+        raise UsageError(
+            f"{where}: --formatter renders a server's observations, and {env} is a local Env whose "
+            "observations are its own text: drop --formatter (or serve it and pass --base-url)"
+        )
     if args.scheduler is None or args.scheduler in ("gym", "openenv", "sudoku", "tools"):
         check_env_config(env, config, on_server=on_server, where=where)
 
@@ -694,6 +722,11 @@ def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, wher
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     for url in args.base_url or []:
         check_base_url(url)
+    if args.formatter is not None:
+        from envsdk.formats import formatters
+
+        if args.formatter not in formatters:
+            raise UsageError(f"--formatter {args.formatter!r} is not registered; known: {', '.join(sorted(formatters))}")
     base_url: BaseUrls | None = (
         args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url
     )
@@ -826,7 +859,7 @@ def rollout_command(args: argparse.Namespace) -> int:
             run_batches(
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
                 record=args.record, progress=not args.no_progress, scheduler=args.scheduler, finished=finished,
-                append=plan.append,
+                append=plan.append, formatter=args.formatter,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:

@@ -29,12 +29,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "envsdk.tiny_model needs torch, transformers and tokenizers: "
-        "pip install torch transformers tokenizers (or envsdk[train])"
+        "pip install torch transformers tokenizers (or pip install -e '.[train]' in the envsdk clone)"
     ) from exc
 
 from envsdk.games.sudoku import render_board
 
-__all__ = ["build_tiny_model", "build_tiny_tokenizer", "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
+__all__ = ["build_tiny_model", "build_tiny_tokenizer", "CHAT_TEMPLATE", "RESPONSE_TEMPLATE", "SPECIAL_TOKENS"]
 
 Arch = Literal["qwen2", "llama"]
 
@@ -44,13 +44,53 @@ IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 
 # ChatML, as Qwen uses it: the assistant turn ends with <|im_end|>, which is also the EOS token,
-# so a generation that "finishes its turn" stops at EOS.
+# so a generation that "finishes its turn" stops at EOS. Tool calling in Qwen's form, so that
+# TRL's environment_factory (which checks that a template renders a whole tool-calling exchange)
+# runs on the tiny model: with `tools`, a system block lists them; an assistant's `tool_calls`
+# become <tool_call>{"name", "arguments"}</tool_call> lines; a `tool` message is a user turn in
+# <tool_response>. A conversation without tools renders exactly as plain ChatML.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nYou may call one or more functions. Their signatures, within <tools></tools>:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nFor each call, reply with a JSON object within <tool_call></tool_call> tags:\n"
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] or [] %}"
+    "{%- set fn = call['function'] if call['function'] is defined else call %}"
+    "{%- set arguments = fn['arguments'] if fn['arguments'] is string else fn['arguments'] | tojson %}"
+    "{{- '\n<tool_call>\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' + arguments + '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
+
+# How a generated assistant turn is read back into a message (transformers' `parse_response`,
+# which TRL uses to find tool calls): Qwen's form, as the template writes it.
+RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": "</tool_call>\\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": "<\\|im_end\\|>\\s*", "content": "text"},
+    },
+}
 
 _VOCAB_SIZE = 600
 _MAX_POSITIONS = 4096
@@ -101,6 +141,7 @@ def build_tiny_tokenizer(seed: int = 0) -> PreTrainedTokenizerFast:
         model_max_length=_MAX_POSITIONS,
     )
     fast.chat_template = CHAT_TEMPLATE
+    fast.response_template = RESPONSE_TEMPLATE
     return fast
 
 

@@ -89,6 +89,27 @@ def _phase(number: int, title: str) -> None:
     print(f"[{number}/6] {title}", file=sys.stderr, flush=True)
 
 
+def _check_dependencies() -> None:
+    """Fail before any work (not at the plot step, minutes later) when a package the run
+    imports is missing, naming the install command."""
+    import importlib
+
+    from envsdk.cli import EXTRAS
+
+    missing = []
+    for name in ("torch", "transformers", "trl", "datasets", "matplotlib"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        extras = ",".join(sorted({EXTRAS[name] for name in missing}))
+        raise LoadError(
+            f"{', '.join(missing)} not installed: run bash scripts/setup.sh train,report (or pip install -e "
+            f"'.[{extras}]') in the envsdk clone"
+        )
+
+
 def _check_loadable(model: str, use_vllm: bool) -> None:
     """Fail before any work when the model (or vLLM) cannot be loaded."""
     from transformers import AutoConfig, AutoTokenizer
@@ -299,17 +320,8 @@ def _train(model: str, url: str, args: argparse.Namespace, out: Path) -> tuple[s
         max_turn_tokens=args.max_turn_tokens,
         seed=args.seed * 1000,
         env_config_fn=env_config,
+        completions=train_dir / "completions.jsonl",  # every training episode, with the step it fed
     )
-    log = (train_dir / "completions.jsonl").open("w", encoding="utf-8")
-
-    def logged_rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        result = rollout(prompts, trainer)
-        # The step these episodes train: the trainer counts finished steps.
-        step = int(trainer.state.global_step) + 1
-        for trajectory in rollout.last_trajectories:
-            log.write(json.dumps({**trajectory.to_dict(), "global_step": step}, default=str) + "\n")
-        log.flush()
-        return result
 
     rows = args.train_steps * args.batch_size
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Play FrozenLake."}]}] * rows)
@@ -319,12 +331,9 @@ def _train(model: str, url: str, args: argparse.Namespace, out: Path) -> tuple[s
         args=config,
         train_dataset=dataset,
         processing_class=AutoTokenizer.from_pretrained(model),
-        rollout_func=logged_rollout,
+        rollout_func=rollout,
     )
-    try:
-        trainer.train()
-    finally:
-        log.close()
+    trainer.train()
     with (train_dir / "log.jsonl").open("w", encoding="utf-8") as history:
         for entry in trainer.state.log_history:
             history.write(json.dumps(entry) + "\n")
@@ -348,6 +357,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """All six phases; returns the summary printed as the last line."""
     started = time.perf_counter()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    _check_dependencies()
     if args.model is not None:
         _check_loadable(args.model, args.use_vllm)
     out = Path(args.out)

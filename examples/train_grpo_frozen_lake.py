@@ -18,6 +18,10 @@ scheduler expects, return ``self._play(reply)``. Reward: 1 for reaching the goal
 ``--rubric shaped`` (rollout_func) scores every step with FrozenLake's shaped rubric too: one
 reward column per rubric part (``rewards/goal``, ``rewards/progress``, ``rewards/format``),
 each weighted as the rubric weighs it, beside the 0/1 reward's column.
+
+Leaves in ``--output-dir``: ``final/`` (the trained model and its tokenizer, loadable with
+``--model``) and, with ``rollout_func``, ``completions.jsonl`` (every training episode with the
+step it fed; ``envsdk report`` plots it).
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learning_rate=args.learning_rate,
         reward_weights=weights,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="no",  # no checkpoints along the way: the trained model is saved once, at the end
         report_to="none",
         seed=args.seed,
         use_cpu=args.cpu,
@@ -122,6 +126,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     scheduler = GYMScheduler("frozen_lake", max_turns=args.max_turns)
     rows = max(args.max_steps, 1) * args.batch_size
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    # Every training episode (rollout_func), with the step it fed: `envsdk report` plots it.
+    completions = os.path.join(args.output_dir, "completions.jsonl")
     if use_tools:
         instructions = SYSTEM_MESSAGE.split("Each turn")[0] + "Move with the move tool, one cell per call."
         dataset = Dataset.from_list(
@@ -153,12 +159,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             train_dataset=dataset,
             processing_class=tokenizer,
             rollout_func=make_rollout_func(
-                scheduler, max_turn_tokens=args.max_turn_tokens, seed=args.seed, env_config_fn=env_config
+                scheduler, max_turn_tokens=args.max_turn_tokens, seed=args.seed, env_config_fn=env_config,
+                completions=completions,
             ),
         )
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
+    saved = os.path.join(args.output_dir, "final")
+    trainer.save_model(saved)  # weights, config and tokenizer: loadable with --model {saved}
     env_key = "rewards/FrozenLakeTools/mean" if use_tools else "rewards/env_reward_func/mean"
     rewards = [h[env_key] for h in trainer.state.log_history if env_key in h]
     steps = trainer.state.global_step
@@ -168,7 +177,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for i, entry in enumerate(history, 1):
         columns = " ".join(f"{name}={entry[f'rewards/{name}/mean']:+.3f}" for name in part_names)
         print(f"step {i}: env_reward={entry[env_key]:+.3f}{' ' + columns if columns else ''}")
+    print(f"model saved to {saved}" + ("" if use_tools else f"; episodes in {completions} (envsdk report {completions})"))
     return {
+        "model": saved,
+        "completions": None if use_tools else completions,
         "steps": steps,
         "seconds": seconds,
         "steps_per_s": steps / seconds,

@@ -21,6 +21,10 @@ Without ``--base-url`` a Sudoku server is started in this process, sized for the
 (MAX_CONCURRENT_ENVS = the sessions the run holds at once). The reward is the scheduler's
 total of its five components (empty_cell, valid_move, repetition, progress, correct), each
 also logged as ``rewards/<component>/mean``.
+
+Leaves in ``--output-dir``: ``final/`` (the trained model and its tokenizer, loadable with
+``--model``) and, with ``rollout_func``, ``completions.jsonl`` (every training episode with the
+step it fed; ``envsdk report`` plots it).
 """
 
 from __future__ import annotations
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learning_rate=args.learning_rate,
         reward_weights=weights,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="no",  # no checkpoints along the way: the trained model is saved once, at the end
         report_to="none",
         seed=args.seed,
         use_cpu=args.cpu,
@@ -132,6 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         dataset = Dataset.from_list([{"prompt": [*prompt, {"role": "user", "content": "Start."}]}] * rows)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    # Every training episode (rollout_func), with the step it fed: `envsdk report` plots it.
+    completions = os.path.join(args.output_dir, "completions.jsonl")
     # rollout_func: the episodes in a batch at once; environment_factory: TRL's pool.
     sessions = required_env_sessions(config)
     with sudoku_server(args, sessions) as url:
@@ -156,14 +162,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args=config,
                 train_dataset=dataset,
                 processing_class=tokenizer,
-                rollout_func=make_rollout_func(scheduler, max_turn_tokens=args.max_turn_tokens, seed=args.seed),
+                rollout_func=make_rollout_func(
+                    scheduler, max_turn_tokens=args.max_turn_tokens, seed=args.seed, completions=completions
+                ),
             )
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
+        saved = os.path.join(args.output_dir, "final")
+        trainer.save_model(saved)  # weights, config and tokenizer: loadable with --model {saved}
     env_key = "rewards/SudokuToolEnvironment/mean" if use_tools else "rewards/env_reward_func/mean"
     history = [h for h in trainer.state.log_history if env_key in h]
+    print(f"model saved to {saved}" + ("" if use_tools else f"; episodes in {completions} (envsdk report {completions})"))
     summary: dict[str, Any] = {
+        "model": saved,
+        "completions": None if use_tools else completions,
         "steps": trainer.state.global_step,
         "seconds": seconds,
         "steps_per_s": trainer.state.global_step / seconds if seconds else 0.0,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envsdk.client.sync import background_loop
@@ -167,6 +169,7 @@ class EnvironmentRollout:
         max_turn_tokens: int | None = None,
         seed: int = 0,
         env_config_fn: Callable[[list[Message], int], dict[str, Any]] | None = None,
+        completions: str | Path | None = None,
     ) -> None:
         if max_turn_tokens is not None and max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
@@ -181,11 +184,24 @@ class EnvironmentRollout:
         self.seed = seed
         self.env_config_fn = env_config_fn
         self.last_trajectories: list[Trajectory] = []
+        self.completions = Path(completions) if completions is not None else None
+        self._completions_begun = False
         self._groups_seen = 0
         self.tokenizer: Any = None
         self.eos_ids: frozenset[int] = frozenset()
         self._template_kwargs: dict[str, Any] = {}
         self._with_logprobs = False
+
+    def _write_completions(self, path: Path, trajectories: list[Trajectory], step: int) -> None:
+        """Each episode's record (``completions.jsonl``'s schema) with ``global_step``, the
+        training step it feeds (what ``envsdk report`` plots a training curve over): the file is
+        rewritten by the run's first call, then appended to, and closed after each call so that
+        a run that dies keeps every finished step."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if self._completions_begun else "w", encoding="utf-8") as out:
+            for trajectory in trajectories:
+                out.write(json.dumps({**trajectory.to_dict(), "global_step": step}, ensure_ascii=False, default=str) + "\n")
+        self._completions_begun = True
 
     # ------------------------------------------------------------ tokens
 
@@ -249,6 +265,10 @@ class EnvironmentRollout:
         budget = int(trainer.max_completion_length)
         trajectories, records = self._run(requests, trainer, budget)
         self.last_trajectories = trajectories
+        if self.completions is not None:
+            step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0) + 1
+            path = self.completions if processes == 1 else self.completions.with_suffix(f".rank{process_index}.jsonl")
+            self._write_completions(path, trajectories, step)
         for trajectory in trajectories:
             if trajectory.error_kind == "CapacityError":
                 needed = min(len(requests), self.max_concurrency or len(requests)) * processes
@@ -413,6 +433,7 @@ def make_rollout_func(
     max_turn_tokens: int | None = None,
     seed: int = 0,
     env_config_fn: Callable[[list[Message], int], dict[str, Any]] | None = None,
+    completions: str | Path | None = None,
 ) -> EnvironmentRollout:
     """A TRL ``rollout_func`` that plays one `scheduler` episode per prompt.
 
@@ -438,6 +459,9 @@ def make_rollout_func(
     ``max_completion_length``; each model turn additionally at `max_turn_tokens`. At most
     `max_concurrency` episodes (default: all of the batch) hold a session at once; a server at
     capacity raises `EnvironmentCapacityError`.
+
+    `completions` (a path): every episode's record is written there as it trains, with the
+    ``global_step`` it feeds, for ``envsdk report`` (one file per process when there are several).
     """
     return EnvironmentRollout(
         scheduler,
@@ -446,5 +470,6 @@ def make_rollout_func(
         max_turn_tokens=max_turn_tokens,
         seed=seed,
         env_config_fn=env_config_fn,
+        completions=completions,
     )
 
