@@ -26,9 +26,8 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 # The code-execution sandboxes' namespace provider: Debian's bubblewrap.
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  apt-get -o DPkg::Lock::Timeout=600 update -qq \
-    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap >/dev/null \
-    || echo "warning: bubblewrap cannot be installed here; namespace sandbox tests will skip" >&2
+  apt_install bubblewrap \
+    || echo "warning: could not install bubblewrap (see apt-get's message); namespace sandbox tests will skip" >&2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 main_rc=0
