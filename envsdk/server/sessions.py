@@ -528,8 +528,17 @@ class SessionTable:
             return {"observation": body, "reward": reward, "done": done, "metadata": metadata or None}
 
 
+#: Codes an env may answer with by raising `FrameError` from its code (any other is EXECUTION_ERROR).
+_ENV_JUDGED = frozenset({ErrorCode.VALIDATION_ERROR, ErrorCode.CAPACITY_REACHED, ErrorCode.TIMEOUT})
+
+
 def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
     name = getattr(owner, "__name__", type(owner).__name__)
+    if isinstance(exc, FrameError) and exc.code in _ENV_JUDGED:
+        # The env judged the request itself (a bad option, a service of its own full or past
+        # its deadline): the client gets that code, not the server's EXECUTION_ERROR.
+        logger.info("%s.%s refused: %s %.256s", name, kind, exc.code.value, exc.message)
+        return exc
     cause = exc.cause if isinstance(exc, EnvAborted) else exc
     text = str(cause)
     # The env's own words, bounded: an exception may carry client input of any size.
