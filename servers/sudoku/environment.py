@@ -14,8 +14,16 @@ resets it without a seed, which touches no RNG. Consequences:
 * a long ``-hard`` generation occupies a worker process, never the server's GIL or event loop;
 * results are cached by (clue count, seed), and a request for a board already being generated
   waits for that one (a GRPO group of sessions sharing a seed generates it once);
+* the pool is the TextArena server's bounded service (``servers.textarena.pool``): a deadline
+  per generation, a bounded queue (CAPACITY_REACHED past it), a board nobody waits for any more
+  is not generated;
 * a reset without a seed draws one from ``secrets`` and reports it in ``state.seed``, so every
   episode can be replayed.
+
+Every method is a plain function, so the server runs it on the session's lane under its
+deadline (a game step is game code, and game code never runs on the event loop; see
+``servers.textarena.environment`` for what stops a runaway call). Moves are capped at
+`MAX_MOVE_CHARS` characters, and string options at 256.
 """
 
 from __future__ import annotations
@@ -44,14 +52,19 @@ from servers.sudoku.models import (
 )
 from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
 from servers.textarena.environment import (
+    MAX_OPTION_CHARS,
+    WATCHDOG,
+    GameRunaway,
+    GameStepStopped,
     TextArenaEnvironment,
+    _limit,
     convert_messages,
     render_messages,
     snapshot_state,
     unwrap,
 )
-from servers.textarena.errors import TextArenaOptionError
-from servers.textarena.pool import WorkerPool, await_shared
+from servers.textarena.errors import TextArenaOptionError, shown
+from servers.textarena.pool import DEFAULT_TASK_TIMEOUT_S, WorkerPool
 
 __all__ = [
     "SUDOKU_ENV_IDS",
@@ -81,9 +94,9 @@ class SudokuOptionError(TextArenaOptionError):
 def check_env_id(env_id: str) -> str:
     """Return `env_id` if it names a TextArena Sudoku variant, else raise `SudokuOptionError`
     listing the valid ones."""
-    if env_id not in SUDOKU_ENV_IDS:
+    if not isinstance(env_id, str) or env_id not in SUDOKU_ENV_IDS:
         raise SudokuOptionError(
-            f"Unknown Sudoku env id {env_id!r}; valid ids: {', '.join(SUDOKU_ENV_IDS)}"
+            f"Unknown Sudoku env id {shown(env_id)}; valid ids: {', '.join(SUDOKU_ENV_IDS)}"
         )
     return env_id
 
@@ -115,15 +128,28 @@ class BoardPool(WorkerPool):
     fresh interpreter, safe in a threaded server); `warm` starts them ahead of time.
     """
 
-    def __init__(self, workers: int | None = None, cache_size: int = 4096) -> None:
+    preload = ("textarena", "servers.sudoku.environment")
+
+    def __init__(
+        self, workers: int | None = None, cache_size: int = 4096, *,
+        task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S, max_queued: int | None = None,
+    ) -> None:
         if workers is not None and workers < 1:
             raise SudokuOptionError(f"BoardPool needs at least 1 worker, got {workers}")
-        super().__init__(workers, cache_size)
+        super().__init__(workers, cache_size, task_timeout_s=task_timeout_s, max_queued=max_queued)
+
+    def board(self, env_id: str, seed: int, *, timeout_s: float) -> GeneratedBoard:
+        """The board of `seed` for `env_id`'s clue count (cached, shared); blocks up to
+        `timeout_s` (see `WorkerPool.generate`)."""
+        clues = _clues(check_env_id(env_id))
+        board: GeneratedBoard = self.generate((clues, seed), clues, _generate_board, env_id, seed, timeout_s=timeout_s)
+        return board
 
     def submit(self, env_id: str, seed: int) -> Future[GeneratedBoard]:
-        """The future board of `seed` for `env_id`'s clue count (cached, shared)."""
-        key = (_clues(check_env_id(env_id)), seed)
-        return self.submit_cached(key, _generate_board, env_id, seed)
+        """The future board of `seed` for `env_id`'s clue count (cached, shared, never given
+        up: see `WorkerPool.submit_cached`)."""
+        clues = _clues(check_env_id(env_id))
+        return self.submit_cached((clues, seed), clues, _generate_board, env_id, seed)
 
 
 _DEFAULT_POOL: BoardPool | None = None
@@ -150,9 +176,9 @@ message the cumulative observation repeats, so the option bounds an episode's re
 
 def _check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SudokuOptionError(f"{name} must be an integer, got {value!r}")
+        raise SudokuOptionError(f"{name} must be an integer, got {shown(value)}")
     if minimum is not None and value < minimum:
-        raise SudokuOptionError(f"{name} must be >= {minimum}, got {value}")
+        raise SudokuOptionError(f"{name} must be >= {minimum}, got {shown(value)}")
     if maximum is not None and value > maximum:
         raise SudokuOptionError(f"{name} must be <= {maximum}")
     return value
@@ -163,8 +189,8 @@ class SudokuEnvironment(TextArenaEnvironment):
     boards are generated and README.md for what each observation form sends). The TextArena
     server's session class, specialised: boards from a `BoardPool`, structured fields.
 
-    ``reset`` and ``step`` are coroutines: a step is ~0.1 ms of work, cheaper on the event loop
-    than a hop to a thread, and a reset only awaits its board from the `BoardPool`.
+    ``reset`` and ``step`` are plain functions (run on the session's lane): a reset waits on
+    its lane for its board from the `BoardPool`.
     """
 
     _state: SudokuState
@@ -185,7 +211,7 @@ class SudokuEnvironment(TextArenaEnvironment):
 
     # No **kwargs on purpose (narrower than the base class): the server refuses unknown
     # reset options by this signature instead of silently dropping them.
-    async def reset(  # type: ignore[override]
+    def reset(  # type: ignore[override]
         self,
         seed: int | None = None,
         episode_id: str | None = None,
@@ -207,20 +233,28 @@ class SudokuEnvironment(TextArenaEnvironment):
         if seed is not None:
             _check_int("seed", seed)
         if episode_id is not None and not isinstance(episode_id, str):
-            raise SudokuOptionError(f"episode_id must be a string, got {episode_id!r}")
+            raise SudokuOptionError(f"episode_id must be a string, got {shown(episode_id)}")
+        if episode_id is not None and len(episode_id) > MAX_OPTION_CHARS:
+            raise SudokuOptionError(f"episode_id must be at most {MAX_OPTION_CHARS} characters, got {len(episode_id)}")
         _check_int("error_allowance", error_allowance, minimum=0, maximum=MAX_ERROR_ALLOWANCE)
         if observation_form not in OBSERVATION_FORMS:
             raise SudokuOptionError(
                 f"observation_form must be one of {', '.join(OBSERVATION_FORMS)}, "
-                f"got {observation_form!r}"
+                f"got {shown(observation_form)}"
             )
         if rubric is not None and rubric not in SUDOKU_RUBRICS:
-            raise SudokuOptionError(f"rubric must be one of {', '.join(SUDOKU_RUBRICS)} or null, got {rubric!r}")
+            raise SudokuOptionError(f"rubric must be one of {', '.join(SUDOKU_RUBRICS)} or null, got {shown(rubric)}")
         game_id = check_env_id(env_id) if env_id is not None else self.env_id
         seed = seed if seed is not None else secrets.randbelow(2**31)
         pool = self._boards or default_board_pool()
-        generated = await await_shared(pool.submit(game_id, seed))
+        with WATCHDOG.limit(_limit(type(self).reset_timeout_s), f"{game_id} reset"):
+            generated = pool.board(game_id, seed, timeout_s=type(self).reset_timeout_s or 120.0)
+            return self._start(generated, game_id, seed, episode_id, error_allowance, observation_form, rubric)
 
+    def _start(
+        self, generated: GeneratedBoard, game_id: str, seed: int, episode_id: str | None,
+        error_allowance: int, observation_form: ObservationForm, rubric: str | None,
+    ) -> SudokuObservation:
         game = ta.make(game_id)
         base = unwrap(game)
         solution, puzzle = _copy_board(generated.solution), _copy_board(generated.puzzle)
@@ -247,7 +281,7 @@ class SudokuEnvironment(TextArenaEnvironment):
             self.rubric.begin(first)
         return first
 
-    async def step(self, action: SudokuAction) -> SudokuObservation:  # type: ignore[override]
+    def step(self, action: SudokuAction) -> SudokuObservation:  # type: ignore[override]
         """Play one move. Raises `NotResetError` before the first reset and `EpisodeDoneError`
         once the game is over (the server refuses those steps itself, with the same codes)."""
         if self._game is None:
@@ -257,6 +291,15 @@ class SudokuEnvironment(TextArenaEnvironment):
                 f"Episode {self._state.episode_id} is over; call reset to start a new one",
                 code=ErrorCode.EPISODE_DONE.value,
             )
+        limit_s = type(self).step_limit_s
+        try:
+            with WATCHDOG.limit(limit_s, f"{self._state.env_id} step"):
+                return self._play_move(action)
+        except GameRunaway:
+            self._game = None  # stopped mid-step: nothing of this episode can be trusted
+            raise GameStepStopped(self._state.env_id, limit_s) from None
+
+    def _play_move(self, action: SudokuAction) -> SudokuObservation:
         game_state = self._base.state
         before = _copy_board(game_state.game_state["board"])
         done, info = self._game.step(action.message)

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from envsdk.server import create_app
-from servers.textarena.environment import TextArenaEnvironment, check_env_id, check_int
+from servers.textarena.environment import DEFAULT_ENV_ID, MAX_PLAYERS, TextArenaEnvironment, check_env_id, check_int
 from servers.textarena.errors import TextArenaOptionError
 from servers.textarena.models import (
     TextArenaAction,
@@ -18,7 +18,7 @@ from servers.textarena.models import (
     TextArenaState,
 )
 from servers.textarena.nltk_data import game_unavailable
-from servers.textarena.pool import GamePool
+from servers.textarena.pool import DEFAULT_TASK_TIMEOUT_S, GamePool
 
 __all__ = ["create_textarena_app", "env_kwargs_from_environ", "parse_kwarg"]
 
@@ -51,13 +51,16 @@ def env_kwargs_from_environ(environ: Mapping[str, str] | None = None) -> dict[st
 
 
 def create_textarena_app(
-    env_id: str = "Wordle-v0",
+    env_id: str = DEFAULT_ENV_ID,
     *,
     num_players: int = 1,
     max_turns: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     game_pool: GamePool | None = None,
     game_workers: int | None = None,
+    max_move_chars: int | None = None,
+    generation_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
+    max_queued_generations: int | None = None,
     **server_options: Any,
 ) -> FastAPI:
     """An envsdk app serving TextArena game `env_id` on ``/ws`` (and HTTP).
@@ -66,14 +69,19 @@ def create_textarena_app(
     ``TEXTARENA_MAX_TURNS`` and ``TEXTARENA_KW_*`` mean; `server_options` are
     `envsdk.server.ServerConfig` fields (``max_concurrent_envs=64``, ...). The game is built
     once here: an unknown id, kwargs the game refuses or NLTK data that is not installed raise
-    `TextArenaOptionError` with one line saying why, before anything is served. Seeded resets
+    `TextArenaOptionError` with one line saying why, before anything is served.
+    `max_move_chars` caps every game's moves (default: each game's own cap). Seeded resets
     run in `game_pool`, whose worker processes are started here; without one the app makes its
-    own (`game_workers` processes, default min(4, CPUs)) and stops it when the app shuts down.
+    own (`game_workers` processes, default min(4, CPUs); `generation_timeout_s` per game,
+    `max_queued_generations` waiting, default 64 per worker) and stops it when the app shuts
+    down.
     The workers are ``spawn``ed, so a script that builds this app must keep its top level under
     ``if __name__ == "__main__":``.
     """
     check_env_id(env_id)
-    check_int("num_players", num_players, minimum=1)
+    check_int("num_players", num_players, minimum=1, maximum=MAX_PLAYERS)
+    if max_move_chars is not None:
+        check_int("max_move_chars", max_move_chars, minimum=1)
     if max_turns is not None:
         check_int("max_turns", max_turns, minimum=1)
     kwargs = dict(env_kwargs or {})
@@ -83,12 +91,15 @@ def create_textarena_app(
         raise TextArenaOptionError(f"{env_id} refused its kwargs {kwargs}: {exc}") from None
     if reason is not None:
         raise TextArenaOptionError(reason)
-    pool = game_pool or GamePool(workers=game_workers)
+    pool = game_pool or GamePool(
+        workers=game_workers, task_timeout_s=generation_timeout_s, max_queued=max_queued_generations
+    )
     pool.warm()
 
     def make_env() -> TextArenaEnvironment:
         return TextArenaEnvironment(
-            env_id, num_players=num_players, max_turns=max_turns, env_kwargs=kwargs, game_pool=pool
+            env_id, num_players=num_players, max_turns=max_turns, env_kwargs=kwargs, game_pool=pool,
+            max_move_chars=max_move_chars,
         )
 
     server_options.setdefault("env_name", "TextArenaEnvironment")

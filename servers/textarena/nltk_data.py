@@ -17,6 +17,8 @@ DIR words averaged_perceptron_tagger_eng`` on a machine with network access, the
 
 from __future__ import annotations
 
+import re
+import sys
 import threading
 from typing import Any
 
@@ -28,6 +30,17 @@ __all__ = ["NltkDataMissing", "forbid_downloads", "game_unavailable", "is_instal
 _KINDS = ("corpora", "taggers", "tokenizers", "chunkers", "grammars", "misc", "models", "stemmers")
 _LOCK = threading.Lock()
 _ORIGINAL_DOWNLOAD: Any = None
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOT_FOUND = re.compile(r"Resource '?([\w./-]+)'? not found")
+
+
+class _Survey(threading.local):
+    # While `game_unavailable` builds a game: the missing ids, noted instead of raised, so that
+    # one refusal names every resource the game asks for, not only the first.
+    missing: list[str] | None = None
+
+
+_SURVEY = _Survey()
 
 
 class NltkDataMissing(LookupError):
@@ -49,14 +62,20 @@ def _local_download(info_or_id: Any = None, *args: Any, **kwargs: Any) -> bool:
     """``nltk.download`` without the network: True when installed, else `NltkDataMissing`."""
     ids = [info_or_id] if isinstance(info_or_id, str) else list(info_or_id or [])
     missing = [str(i) for i in ids if not is_installed(str(i))]
+    if missing and _SURVEY.missing is not None:
+        _SURVEY.missing.extend(m for m in missing if m not in _SURVEY.missing)
+        return False
     if missing:
-        names = " ".join(missing)
-        raise NltkDataMissing(
-            f"NLTK data not installed: {', '.join(missing)} (this server never downloads at run "
-            f"time; install it into a folder on NLTK_DATA, e.g. `python -m nltk.downloader -d DIR "
-            f"{names}` where the network is reachable)"
-        )
+        raise NltkDataMissing(_missing_message(missing))
     return True
+
+
+def _missing_message(missing: list[str]) -> str:
+    return (
+        f"NLTK data not installed: {', '.join(missing)} (this server never downloads at run "
+        f"time; install it into a folder on NLTK_DATA, e.g. `python -m nltk.downloader -d DIR "
+        f"{' '.join(missing)}` where the network is reachable)"
+    )
 
 
 def forbid_downloads() -> None:
@@ -72,16 +91,28 @@ def game_unavailable(env_id: str, **env_kwargs: Any) -> str | None:
     """None if ``ta.make(env_id, **env_kwargs)`` succeeds offline, else one line saying why.
 
     Building the game imports its module and loads its word lists, which is where TextArena
-    asks for NLTK data.
+    asks for NLTK data; every resource it asks for and does not find is named.
     """
     import textarena as ta
 
+    from textarena.envs.registration import ENV_REGISTRY
+
     forbid_downloads()
+    missing: list[str] = []
+    _SURVEY.missing = missing
+    spec = ENV_REGISTRY.get(env_id)
+    if spec is not None and isinstance(spec.entry_point, str):
+        # Imported afresh, so that its import-time downloads ask again for all they need.
+        sys.modules.pop(spec.entry_point.partition(":")[0], None)
     try:
         ta.make(env_id, **env_kwargs)
-    except NltkDataMissing as exc:
-        return f"{env_id} is unavailable: {exc}"
     except LookupError as exc:  # NLTK's own "Resource ... not found" (several lines)
-        first = next((line.strip() for line in str(exc).splitlines() if "Resource" in line), str(exc))
-        return f"{env_id} is unavailable: NLTK data missing ({first.strip(' *')}); install it into a folder on NLTK_DATA"
+        # A module imported before downloaded nothing this time: NLTK's message names the rest.
+        missing.extend(name for name in _NOT_FOUND.findall(_ANSI.sub("", str(exc))) if name not in missing)
+        if not missing:
+            return f"{env_id} is unavailable: NLTK data missing ({str(exc).strip()[:200]}); install it into a folder on NLTK_DATA"
+    finally:
+        _SURVEY.missing = None
+    if missing:  # asked for and not installed, whether or not the game then failed
+        return f"{env_id} is unavailable: {_missing_message(missing)}"
     return None

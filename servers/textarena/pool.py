@@ -1,12 +1,34 @@
-"""Seeded game generation in worker processes, cached and shared between sessions.
+"""Seeded game generation in worker processes: a bounded, fair, cancellable service whose
+results are cached and shared between sessions.
 
 A TextArena ``reset(seed=s)`` seeds the process-wide ``random`` generator and then generates
 the game from it: seconds of pure Python for some games (RushHour, Sokoban, Sudoku's hard
 boards), GIL-bound and, in a shared process, mixed with every other session's draws. A
 `WorkerPool` runs such work in ``spawn``ed worker processes instead (one task at a time per
 worker, so the global generator a worker seeds serves that task alone), caches results by key
-and hands the same future to every caller asking for the same key (a GRPO group of sessions
+and hands the same task to every caller asking for the same key (a GRPO group of sessions
 sharing a seed generates its game once).
+
+The pool is a service with bounds, because any client can ask it for work:
+
+* **A deadline per generation** (``task_timeout_s``, default 30 s): a worker still busy past it
+  is killed and replaced (it is a process, so it can be), and its callers get TIMEOUT.
+* **A bounded queue** (``max_queued``, default 64 per worker): a task past it is refused at
+  once with CAPACITY_REACHED instead of waiting behind work that may never end. One kind of
+  work (below) may fill three quarters of it at most, so a flood leaves room for others.
+* **Cancellation**: each task counts the callers waiting for it (`generate`); a caller stops
+  waiting when its result arrives or its own deadline passes. A queued task nobody waits for
+  any more is dropped; a running one is stopped (its worker killed and replaced).
+* **Fair shares**: the pool cannot tell clients apart (a client opens as many sessions as it
+  likes), so it shares its workers by the kind of work (the game id): one kind runs on all
+  workers but one at most (on the only one, with one worker), so a flood of one slow game
+  always leaves the other games a worker. Among the tasks allowed to start, the kind whose
+  recent generations were quickest goes first (FIFO among equals), so a cheap reset never
+  queues behind a slow one. A session runs one reset at a time, so it waits for at most one
+  task.
+
+One dispatcher thread hands tasks to idle workers, collects results and enforces deadlines;
+callers (session lanes) block only on their task's future, with a timeout.
 
 `GamePool` generates any TextArena game this way: the worker resets a fresh game with the seed
 and returns the unwrapped game and the generator states after the reset, pickled; each session
@@ -16,93 +38,229 @@ unpickles its own copy and steps it with those generator states (see
 
 from __future__ import annotations
 
-import asyncio
+import importlib
+import itertools
+import logging
 import os
 import pickle
 import random
 import signal
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing import get_context
-from typing import Any, NamedTuple, TypeVar
+from multiprocessing.connection import Connection, wait
+from typing import Any, NamedTuple
 
-from servers.textarena.errors import TextArenaOptionError
+from servers.textarena.errors import GamePoolBusy, GenerationTimeout, TextArenaOptionError
 
-__all__ = ["WorkerPool", "GamePool", "GeneratedGame", "await_shared", "default_game_pool"]
+__all__ = ["WorkerPool", "GamePool", "GeneratedGame", "default_game_pool"]
 
-T = TypeVar("T")
+logger = logging.getLogger("envsdk.server")
+
+#: Seconds one generation may run before its worker is killed (``TEXTARENA_GENERATION_TIMEOUT_S``).
+DEFAULT_TASK_TIMEOUT_S = 30.0
+#: Queued generations per worker before new ones are refused (``TEXTARENA_MAX_QUEUED_GENERATIONS``
+#: sets the total).
+QUEUED_PER_WORKER = 64
 
 
-def _noop() -> None:
-    return None
+def _worker_main(conn: Connection, preload: tuple[str, ...]) -> None:
+    """A worker process: import `preload`, say it is ready, then run each ``(fn, args)``
+    received and send back ``(ok, value)``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    for module in preload:
+        try:
+            importlib.import_module(module)
+        except Exception:  # the task that needs it reports why
+            pass
+    try:
+        conn.send((True, None))  # ready: a task's deadline starts only now
+    except (EOFError, OSError):
+        return
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        try:
+            reply: tuple[bool, Any] = (True, fn(*args))
+        except BaseException as exc:  # the caller gets it as the task's error
+            reply = (False, exc)
+        try:
+            conn.send(reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            conn.send((False, RuntimeError(f"the result cannot be sent back: {exc!r}")))
+        except (EOFError, OSError):
+            return
+        del fn, args, reply
 
 
-def _ignore_sigint() -> None:
-    # Workers leave Ctrl-C to the parent, which stops them through `shutdown`.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+class _Task:
+    __slots__ = ("key", "kind", "fn", "args", "future", "waiters", "order", "worker", "started")
+
+    def __init__(self, key: Hashable, kind: Hashable, fn: Any, args: tuple[Any, ...], order: int) -> None:
+        self.key, self.kind, self.fn, self.args, self.order = key, kind, fn, args, order
+        self.future: Future[Any] = Future()
+        self.waiters = 0
+        self.worker: _Worker | None = None
+        self.started = 0.0
+
+
+class _Worker:
+    def __init__(self, name: str, preload: tuple[str, ...]) -> None:
+        parent, child = get_context("spawn").Pipe()
+        self.conn = parent
+        self.process = get_context("spawn").Process(
+            target=_worker_main, args=(child, preload), name=name, daemon=True
+        )
+        self.process.start()
+        child.close()
+        self.task: _Task | None = None
+        self.ready = False  # until the process has started and imported what it preloads
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
 
 
 class WorkerPool:
-    """Runs cached tasks in worker processes; `submit_cached` never blocks on the work.
+    """Runs cached tasks in worker processes, under the bounds in the module docstring.
 
     Thread-safe. The processes start on first use (``spawn``: a fresh interpreter, safe in a
     threaded server); `warm` starts them ahead of time, `shutdown` stops them.
     """
 
     def __init__(
-        self, workers: int | None = None, cache_size: int = 4096, cache_bytes: int = 256 * 2**20
+        self,
+        workers: int | None = None,
+        cache_size: int = 4096,
+        cache_bytes: int = 256 * 2**20,
+        *,
+        task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
+        max_queued: int | None = None,
     ) -> None:
         if workers is not None and workers < 1:
             raise TextArenaOptionError(f"a worker pool needs at least 1 worker, got {workers}")
+        if task_timeout_s <= 0:
+            raise TextArenaOptionError(f"task_timeout_s must be > 0, got {task_timeout_s}")
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
         self.cache_size = cache_size
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[Hashable, Future[Any]] = OrderedDict()
+        self.task_timeout_s = task_timeout_s
+        self.max_queued = QUEUED_PER_WORKER * self.workers if max_queued is None else max_queued
+        if self.max_queued < 0:
+            raise TextArenaOptionError(f"max_queued must be >= 0, got {self.max_queued}")
+        self.share = max(1, self.workers - 1)  # workers one kind may hold
+        self.kind_queued = max(1, self.max_queued * 3 // 4)  # queued tasks one kind may hold
+        self.killed = 0  # workers killed past a deadline or for a task nobody waited for
+        self._cache: OrderedDict[Hashable, _Task] = OrderedDict()
         self._weights: dict[Hashable, int] = {}
         self._bytes = 0  # sum of _weights, kept as it changes: eviction runs under the lock
+        self._queue: list[_Task] = []
+        self._typical: dict[Hashable, float] = {}  # moving average of each kind's durations
+        self._order = itertools.count()
+        self._names = itertools.count(1)
         self._lock = threading.Lock()
-        self._executor: ProcessPoolExecutor | None = None
+        self._pool: list[_Worker] = []
+        self._wake_r, self._wake_w = -1, -1
+        self._dispatcher: threading.Thread | None = None
+        self._stopped = False
+
+    #: Modules a worker imports before it takes tasks (a deadline counts from then).
+    preload: tuple[str, ...] = ()
 
     def weigh(self, result: Any) -> int:
         """The bytes a cached `result` holds (counted against `cache_bytes`); 0 by default."""
         return 0
 
-    def submit_cached(self, key: Hashable, fn: Any, *args: Any) -> Future[Any]:
-        """The future of ``fn(*args)`` in a worker, shared by every caller with `key` (a failed
-        one is retried). The cache keeps at most `cache_size` results and about `cache_bytes`
-        bytes of them, dropping the least recently asked for first."""
+    # ------------------------------------------------------------ callers
+
+    def generate(self, key: Hashable, kind: Hashable, fn: Any, *args: Any, timeout_s: float) -> Any:
+        """``fn(*args)`` in a worker, shared with every caller of the same `key`; blocks for
+        at most `timeout_s` (then gives the task up: see the module docstring). Raises what
+        `fn` raised, `GamePoolBusy` (queue full), `GenerationTimeout` (the task's deadline or
+        `timeout_s` passed)."""
+        task = self._join(key, kind, fn, args)
+        try:
+            return task.future.result(timeout_s)
+        except CancelledError:  # the pool shut down meanwhile
+            raise GamePoolBusy("the game pool was shut down", retry_after_s=1.0) from None
+        except FutureTimeout:
+            raise GenerationTimeout(
+                f"no game within {timeout_s:g}s (the game pool is busy); retry later", timeout_s
+            ) from None
+        finally:
+            self._leave(task)
+
+    def submit_cached(self, key: Hashable, kind: Hashable, fn: Any, *args: Any) -> Future[Any]:
+        """The future of ``fn(*args)`` with nobody counted as waiting for it (a warm-up or a
+        test; it is never cancelled for want of callers). Raises `GamePoolBusy`."""
+        task = self._join(key, kind, fn, args)
         with self._lock:
-            future = self._cache.get(key)
-            if future is not None and not (future.done() and future.exception() is not None):
+            task.waiters += 1 << 30  # pinned
+        return task.future
+
+    def _join(self, key: Hashable, kind: Hashable, fn: Any, args: tuple[Any, ...]) -> _Task:
+        with self._lock:
+            if self._stopped:
+                raise GamePoolBusy("the game pool is shut down", retry_after_s=1.0)
+            task = self._cache.get(key)
+            if task is not None and _usable(task):
                 self._cache.move_to_end(key)
-                return future
-            future = self._submit_locked(fn, *args)
-            self._cache[key] = future
+                task.waiters += 1
+                return task
+            same_kind = sum(1 for queued in self._queue if queued.kind == kind)
+            if len(self._queue) >= self.max_queued or same_kind >= self.kind_queued:
+                raise GamePoolBusy(
+                    f"the game pool is at capacity ({len(self._queue)} generations queued, "
+                    f"{self.workers} workers); retry later",
+                    retry_after_s=min(self.task_timeout_s, 5.0),
+                )
+            task = _Task(key, kind, fn, args, next(self._order))
+            task.waiters = 1
+            self._cache[key] = task
             self._bytes -= self._weights.pop(key, 0)
             self._evict_locked()
-        future.add_done_callback(lambda done: self._weighed(key, done))
-        return future
+            self._queue.append(task)
+            self._start_locked()
+        self._wake()
+        return task
 
-    def _weighed(self, key: Hashable, done: Future[Any]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
+    def _leave(self, task: _Task) -> None:
         with self._lock:
-            if self._cache.get(key) is done:
-                weight = self.weigh(done.result())
-                self._bytes += weight - self._weights.get(key, 0)
-                self._weights[key] = weight
-                self._evict_locked()
+            task.waiters -= 1
+            if task.waiters > 0 or task.future.done():
+                return
+            # Nobody waits for it any more: drop it (a running one is stopped by the dispatcher).
+            if task in self._queue:
+                self._queue.remove(task)
+                task.future.cancel()
+            if self._cache.get(task.key) is task:
+                del self._cache[task.key]
+                self._bytes -= self._weights.pop(task.key, 0)
+        self._wake()
+
+    # ------------------------------------------------------------ cache
+
+    def _weighed_locked(self, task: _Task) -> None:
+        if self._cache.get(task.key) is task:
+            weight = self.weigh(task.future.result())
+            self._bytes += weight - self._weights.get(task.key, 0)
+            self._weights[task.key] = weight
+            self._evict_locked()
 
     def _evict_locked(self) -> None:
-        while len(self._cache) > self.cache_size or (
-            len(self._cache) > 1 and self._bytes > self.cache_bytes
-        ):
+        while len(self._cache) > self.cache_size or (len(self._cache) > 1 and self._bytes > self.cache_bytes):
             evicted, _ = self._cache.popitem(last=False)
             self._bytes -= self._weights.pop(evicted, 0)
+
+    # ------------------------------------------------------------ processes
 
     def warm(self) -> None:
         """Start every worker process now instead of on the first tasks.
@@ -115,46 +273,193 @@ class WorkerPool:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
             with self._lock:
-                for _ in range(self.workers):
-                    self._submit_locked(_noop)
+                self._start_locked()
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)
+
+    def _start_locked(self) -> None:
+        if self._stopped:
+            return
+        if self._dispatcher is None:
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_w, False)
+            self._dispatcher = threading.Thread(target=self._dispatch, name="envsdk-game-pool", daemon=True)
+            self._dispatcher.start()
+        while len(self._pool) < self.workers:
+            self._pool.append(_Worker(f"envsdk-game-worker-{next(self._names)}", self.preload))
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):  # already woken, or shut down
+            pass
 
     def shutdown(self) -> None:
         """Stop the worker processes now, a running task included (a hard generation can take
         minutes, and exiting would otherwise wait for it); queued ones are cancelled.
         Idempotent."""
         with self._lock:
-            executor, self._executor = self._executor, None
+            if self._stopped:
+                return
+            self._stopped = True
+            workers, self._pool = self._pool, []
+            tasks = list(self._queue) + [w.task for w in workers if w.task is not None]
+            self._queue.clear()
             self._cache.clear()
             self._weights.clear()
             self._bytes = 0
-        if executor is None:
-            return
-        # Python < 3.14 has no public way to stop a busy worker; `_processes` is the executor's
-        # own table of them.
-        workers = list((getattr(executor, "_processes", None) or {}).values())
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.join(timeout=5)
+        self._wake()
+        for task in tasks:
+            task.future.cancel() or _fail(task, GamePoolBusy("the game pool was shut down", retry_after_s=1.0))
+        for worker in workers:
+            worker.process.kill()
+        for worker in workers:
+            worker.process.join(timeout=5)
+            worker.conn.close()
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout=5)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
-    def _submit_locked(self, fn: Any, *args: Any) -> Future[Any]:
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
-            )
+    # ------------------------------------------------------------ dispatcher
+
+    def _next_locked(self, running: dict[Hashable, int]) -> _Task | None:
+        """The queued task to start now: of the kinds below their share, the quickest."""
+        allowed = [t for t in self._queue if running.get(t.kind, 0) < self.share]
+        if not allowed:
+            return None
+        return min(allowed, key=lambda t: (self._typical.get(t.kind, 0.0), t.order))
+
+    def _dispatch(self) -> None:
+        while not self._stopped:
+            try:
+                self._dispatch_once()
+            except Exception:  # a bug here must not leave every caller waiting forever
+                logger.exception("the game pool's dispatcher failed; it goes on")
+                time.sleep(0.1)
+
+    def _dispatch_once(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._assign_locked()
+            # Idle workers too: one that dies is noticed (and replaced) at once.
+            workers = {w.conn: w for w in self._pool}
+            now = time.monotonic()
+            deadlines = [w.task.started + self.task_timeout_s - now for w in self._pool if w.task]
+        ready = wait([*workers, self._wake_r], max(0.0, min(deadlines)) if deadlines else None)
+        if self._wake_r in ready:
+            os.read(self._wake_r, 4096)
+        for conn in ready:
+            if conn in workers:
+                self._collect(workers[conn])  # type: ignore[index]
+        self._reap()
+
+    def _assign_locked(self) -> None:
+        running: dict[Hashable, int] = {}
+        for worker in self._pool:
+            if worker.task is not None:
+                running[worker.task.kind] = running.get(worker.task.kind, 0) + 1
+        for worker in self._pool:
+            if worker.task is not None or not worker.ready or not self._queue:
+                continue
+            task = self._next_locked(running)
+            if task is None:
+                return
+            self._queue.remove(task)
+            if not task.future.set_running_or_notify_cancel():
+                continue
+            try:
+                worker.conn.send((task.fn, task.args))
+            except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+                _fail(task, exc)
+                continue
+            worker.task, task.worker, task.started = task, worker, time.monotonic()
+            running[task.kind] = running.get(task.kind, 0) + 1
+
+    def _collect(self, worker: _Worker) -> None:
+        task = worker.task
+        if task is None and not worker.ready:
+            try:
+                worker.conn.recv()
+                worker.ready = True
+            except (EOFError, OSError):  # it died starting
+                with self._lock:
+                    self._replace_locked(worker)
+            return
         try:
-            return self._executor.submit(fn, *args)
-        except BrokenProcessPool:
-            # A worker died (e.g. killed by the OOM killer): replace the pool, retry once.
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=get_context("spawn"), initializer=_ignore_sigint
-            )
-            return self._executor.submit(fn, *args)
+            ok, value = worker.conn.recv()
+        except (EOFError, OSError):  # the worker died (e.g. the OOM killer)
+            ok, value = False, RuntimeError("the game worker process died; retry")
+            with self._lock:
+                self._replace_locked(worker)
+        except Exception as exc:  # a result that cannot be unpickled here
+            ok, value = False, RuntimeError(f"the game worker's result cannot be read: {exc!r}")
+        with self._lock:
+            worker.task = None
+            if task is None:
+                return
+            elapsed = time.monotonic() - task.started
+            typical = self._typical.get(task.kind)
+            self._typical[task.kind] = elapsed if typical is None else typical + (elapsed - typical) * 0.25
+            if ok:
+                task.future.set_result(value)
+                self._weighed_locked(task)
+            else:
+                _fail(task, value)
+
+    def _reap(self) -> None:
+        """Kill and replace the workers whose task is overdue or nobody waits for any more."""
+        now = time.monotonic()
+        with self._lock:
+            for worker in list(self._pool):
+                task = worker.task
+                if task is None:
+                    continue
+                overdue = now - task.started >= self.task_timeout_s
+                if not overdue and task.waiters > 0:
+                    continue
+                self.killed += 1
+                self._replace_locked(worker)
+                if overdue:
+                    logger.warning("a game generation (%s) passed its deadline of %gs; its worker was replaced",
+                                   _short(task.kind), self.task_timeout_s)
+                    _fail(task, GenerationTimeout(
+                        f"the game generation did not finish within {self.task_timeout_s:g}s; "
+                        "its worker was stopped", self.task_timeout_s,
+                    ))
+                else:
+                    task.future.cancel() or _fail(task, RuntimeError("nobody waits for this game any more"))
+                if self._cache.get(task.key) is task:
+                    del self._cache[task.key]
+
+    def _replace_locked(self, worker: _Worker) -> None:
+        if worker in self._pool:
+            self._pool.remove(worker)
+        worker.task = None
+        worker.kill()
+        self._start_locked()
+
+
+def _usable(task: _Task) -> bool:
+    """Whether a cached task gives (or will give) a result: not failed, not cancelled."""
+    future = task.future
+    return not future.done() or (not future.cancelled() and future.exception() is None)
+
+
+def _fail(task: _Task, error: BaseException) -> bool:
+    if not task.future.done():
+        try:
+            task.future.set_exception(error)
+        except Exception:  # set by another thread meanwhile
+            return False
+    return True
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 class GeneratedGame(NamedTuple):
@@ -189,15 +494,23 @@ class GamePool(WorkerPool):
     """Generates seeded TextArena games in worker processes; cached by (id, kwargs, players,
     seed), bounded by count and by pickled bytes (a word game carries its dictionary)."""
 
+    preload = ("textarena", "servers.textarena.nltk_data")
+
     def weigh(self, result: Any) -> int:
         return len(result.payload)
 
-    def submit(
-        self, env_id: str, kwargs: dict[str, Any], num_players: int, seed: int
-    ) -> Future[GeneratedGame]:
-        """The future game of `seed` (cached, shared)."""
+    def game(self, env_id: str, kwargs: dict[str, Any], num_players: int, seed: int, *, timeout_s: float) -> GeneratedGame:
+        """The game of `seed` (cached, shared); blocks up to `timeout_s` (see `generate`)."""
         key = (env_id, repr(sorted(kwargs.items())), num_players, seed)
-        return self.submit_cached(key, _generate_game, env_id, dict(kwargs), num_players, seed)
+        result: GeneratedGame = self.generate(
+            key, env_id, _generate_game, env_id, dict(kwargs), num_players, seed, timeout_s=timeout_s
+        )
+        return result
+
+    def submit(self, env_id: str, kwargs: dict[str, Any], num_players: int, seed: int) -> Future[GeneratedGame]:
+        """The future game of `seed` (cached, shared, never given up: see `submit_cached`)."""
+        key = (env_id, repr(sorted(kwargs.items())), num_players, seed)
+        return self.submit_cached(key, env_id, _generate_game, env_id, dict(kwargs), num_players, seed)
 
 
 _DEFAULT_POOL: GamePool | None = None
@@ -211,29 +524,3 @@ def default_game_pool() -> GamePool:
         if _DEFAULT_POOL is None:
             _DEFAULT_POOL = GamePool()
         return _DEFAULT_POOL
-
-
-async def await_shared(future: Future[T]) -> T:
-    """Await a future other sessions may share, without cancelling it when this waiter is
-    cancelled (``asyncio.wrap_future`` would cancel the shared future)."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
-
-    def copy_result(done: Future[T]) -> None:
-        if waiter.done():
-            return
-        if done.cancelled():
-            waiter.set_exception(RuntimeError("generation was cancelled (pool shut down)"))
-        elif done.exception() is not None:
-            waiter.set_exception(done.exception())  # type: ignore[arg-type]
-        else:
-            waiter.set_result(done.result())
-
-    def on_done(done: Future[T]) -> None:
-        try:
-            loop.call_soon_threadsafe(copy_result, done)
-        except RuntimeError:  # the loop closed while the game was being generated
-            pass
-
-    future.add_done_callback(on_done)
-    return await waiter

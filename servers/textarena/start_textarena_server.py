@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
-from servers.textarena.environment import check_env_id
+from servers.textarena.environment import DEFAULT_ENV_ID, check_env_id
 from servers.textarena.errors import TextArenaOptionError
 
-__all__ = ["build_parser", "main", "positive_int", "exit_on_sigterm"]
+__all__ = ["build_parser", "main", "positive_int", "positive_float", "exit_on_sigterm"]
 
 
 def positive_int(text: str) -> int:
@@ -31,6 +31,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 
@@ -49,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Any TextArena game as an environment server (OpenEnv-compatible WebSocket /ws).",
     )
     parser.add_argument(
-        "--env-id", type=_env_id, default=env.get("TEXTARENA_ENV_ID", "Wordle-v0"),
-        help="env var TEXTARENA_ENV_ID (default Wordle-v0, as OpenEnv). The game served unless "
-        "a reset asks for another.",
+        "--env-id", type=_env_id, default=env.get("TEXTARENA_ENV_ID", DEFAULT_ENV_ID),
+        help=f"env var TEXTARENA_ENV_ID (default {DEFAULT_ENV_ID}, which runs offline; OpenEnv's "
+        "default, Wordle-v0, needs NLTK data). The game served unless a reset asks for another.",
     )
     parser.add_argument(
         "--num-players", type=positive_int, default=env.get("TEXTARENA_NUM_PLAYERS", "1"),
@@ -69,6 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--game-workers", type=positive_int, default=env.get("TEXTARENA_GAME_WORKERS") or None,
         help="env var TEXTARENA_GAME_WORKERS (default min(4, CPUs)). Processes generating games.",
+    )
+    parser.add_argument(
+        "--max-move-chars", type=positive_int, default=env.get("TEXTARENA_MAX_MOVE_CHARS") or None,
+        help="env var TEXTARENA_MAX_MOVE_CHARS (default: each game's own cap, 4096 characters, "
+        "ConnectFour 512, LinesOfAction 1024, Bandit and ColonelBlotto 2048). Longer moves are refused with VALIDATION_ERROR.",
+    )
+    parser.add_argument(
+        "--generation-timeout-s", type=positive_float, default=env.get("TEXTARENA_GENERATION_TIMEOUT_S", "30"),
+        help="env var TEXTARENA_GENERATION_TIMEOUT_S (default 30). Seconds one game generation may "
+        "take; its worker is then killed and replaced and the reset answered TIMEOUT.",
+    )
+    parser.add_argument(
+        "--max-queued-generations", type=positive_int,
+        default=env.get("TEXTARENA_MAX_QUEUED_GENERATIONS") or None,
+        help="env var TEXTARENA_MAX_QUEUED_GENERATIONS (default 64 per game worker). Resets waiting "
+        "for a worker past this are refused with CAPACITY_REACHED.",
     )
     parser.add_argument(
         "--host", default=env.get("HOST", "127.0.0.1"),
@@ -97,12 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
     # here, it still runs the `finally` below, so the game workers stop instead of orphaning.
     signal.signal(signal.SIGTERM, exit_on_sigterm)
-    pool = GamePool(workers=args.game_workers)
+    pool = GamePool(
+        workers=args.game_workers, task_timeout_s=args.generation_timeout_s, max_queued=args.max_queued_generations
+    )
     try:
         try:
             app = create_textarena_app(
                 args.env_id, num_players=args.num_players, max_turns=args.max_turns,
-                env_kwargs=env_kwargs_from_environ(), game_pool=pool,
+                env_kwargs=env_kwargs_from_environ(), game_pool=pool, max_move_chars=args.max_move_chars,
                 max_concurrent_envs=args.max_concurrent_envs, **access_options(args),
             )
         except TextArenaOptionError as exc:

@@ -31,25 +31,25 @@ def pool() -> Iterator[GamePool]:
 async def test_step_before_reset_and_after_done_are_refused(pool: GamePool) -> None:
     env = TextArenaEnvironment("GuessTheNumber-v0", game_pool=pool)
     with pytest.raises(NotResetError):
-        await env.step(TextArenaAction(message="[1]"))
-    await env.reset(seed=1)
-    obs = await env.step(TextArenaAction(message="nonsense"))
+        env.step(TextArenaAction(message="[1]"))
+    env.reset(seed=1)
+    obs = env.step(TextArenaAction(message="nonsense"))
     while not obs.done:
-        obs = await env.step(TextArenaAction(message="nonsense"))
+        obs = env.step(TextArenaAction(message="nonsense"))
     with pytest.raises(EpisodeDoneError) as refused:
-        await env.step(TextArenaAction(message="[1]"))
+        env.step(TextArenaAction(message="[1]"))
     assert refused.value.code == "EPISODE_DONE"
 
 
 async def test_an_unseeded_reset_reports_a_seed_that_replays_the_episode(pool: GamePool) -> None:
     env, replay = TextArenaEnvironment("2048-v0", game_pool=pool), TextArenaEnvironment("2048-v0", game_pool=pool)
-    first = await env.reset()
+    first = env.reset()
     seed = env.state.seed
     assert isinstance(seed, int)
-    assert await replay.reset(seed=seed) == first
+    assert replay.reset(seed=seed) == first
     for move in ("[Up]", "[Left]", "[Down]", "[Right]") * 3:
-        stepped = await env.step(TextArenaAction(message=move))
-        assert stepped == await replay.step(TextArenaAction(message=move))
+        stepped = env.step(TextArenaAction(message=move))
+        assert stepped == replay.step(TextArenaAction(message=move))
         if stepped.done:  # a random seed's game may end within the scripted moves: so did the replay's
             break
 
@@ -58,8 +58,8 @@ async def test_game_calls_leave_the_process_wide_generators_alone(pool: GamePool
     env = TextArenaEnvironment("Blackjack-v0", game_pool=pool)
     random.seed(99)
     before = random.getstate()
-    await env.reset(seed=5)
-    await env.step(TextArenaAction(message="[Hit]"))
+    env.reset(seed=5)
+    env.step(TextArenaAction(message="[Hit]"))
     assert random.getstate() == before
 
 
@@ -117,8 +117,8 @@ async def test_sudoku_is_the_specialisation_and_sends_raw_state() -> None:
     try:
         env = SudokuEnvironment("Sudoku-v0-very-easy", board_pool=boards)
         assert isinstance(env, TextArenaEnvironment)
-        obs = await env.reset(seed=4)
-        await env.step(SudokuAction(message="[1 1 1]"))
+        obs = env.reset(seed=4)
+        env.step(SudokuAction(message="[1 1 1]"))
         raw = env.state.raw_state
         assert raw["game_state"]["board"] and any("[1 1 1]" in text for _, text in raw["logs"])
         assert obs.board and env.state.board  # the structured fields stay

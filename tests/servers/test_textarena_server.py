@@ -100,7 +100,9 @@ async def _play(base_url: str, env_id: str, seed: int) -> None:
         raw = state["raw_state"]
         assert raw["done"] is True and raw["logs"], f"{env_id}: raw_state carries no game log"
         after = await one.step(random_moves(env_id, seed)[0])
-        assert after["type"] == "error" and after["data"]["code"] == "EPISODE_DONE"
+        # A plain OpenEnv peer (no handshake) gets OpenEnv's code for the refusal.
+        assert after["type"] == "error" and after["data"]["code"] == "EXECUTION_ERROR"
+        assert "episode is over" in after["data"]["message"]
 
 
 @pytest.mark.parametrize("env_id", list(OFFLINE_GAMES))
@@ -126,17 +128,27 @@ async def test_a_seeded_first_observation_is_the_one_textarena_gives_alone(base_
 async def test_bad_reset_options_get_errors_that_say_what_to_change(base_url: str) -> None:
     async with websockets.connect(ws_url(base_url)) as ws:
         s = Session(ws)
+        # The client's mistakes: VALIDATION_ERROR, never the server's EXECUTION_ERROR.
         unknown = await s.reset(env_id="NoSuchGame-v0")
-        assert unknown["data"]["code"] == "EXECUTION_ERROR"
+        assert unknown["data"]["code"] == "VALIDATION_ERROR"
         assert "Unknown TextArena env id 'NoSuchGame-v0'" in unknown["data"]["message"]
         lonely = await s.reset(env_id="MarketEntryGame-v0", num_players=1)
-        assert "num_players must be at least 2" in lonely["data"]["message"]
-        two = await s.reset(env_id="TicTacToe-v0", num_players=1)
+        assert lonely["data"]["code"] == "VALIDATION_ERROR"
+        assert "num_players must be >= 2, got 1" in lonely["data"]["message"]
+        crowd = await s.reset(env_id="MarketEntryGame-v0", num_players=100_000)
+        assert crowd["data"]["code"] == "VALIDATION_ERROR"
+        assert "num_players must be <= 15" in crowd["data"]["message"]
+        two = await s.reset(env_id="TicTacToe-v0", num_players=1)  # the game's own check
+        assert two["data"]["code"] == "VALIDATION_ERROR"
         assert "The number of players has to be 2" in two["data"]["message"]
-        no_opponent = await s.reset(env_id="QuantumTicTacToe-v0", num_players=2, opponent="random")
+        bad_form = await s.reset(observation_form="verbose")
+        assert bad_form["data"]["code"] == "VALIDATION_ERROR" and "observation_form" in bad_form["data"]["message"]
+        no_opponent = await s.reset(env_id="QuantumTicTacToe-v0", num_players=1, opponent="random")
+        assert no_opponent["data"]["code"] == "VALIDATION_ERROR"
         assert "has no built-in opponent" in no_opponent["data"]["message"]
         refused_step = await s.step("[1]")
-        assert refused_step["data"]["code"] == "NOT_RESET"  # a failed reset leaves no episode
+        assert refused_step["data"]["code"] == "EXECUTION_ERROR"  # OpenEnv's code: a plain peer
+        assert "send reset first" in refused_step["data"]["message"]  # a failed reset leaves no episode
         typo = await s.reset(oponent="random")
         assert typo["data"]["code"] == "VALIDATION_ERROR"
         # The session still works after all of that.

@@ -1,0 +1,261 @@
+"""The game servers' bounds, each attacked over a real socket on a real TextArena server (a
+child process, as deployed) while an honest client plays alongside and is measured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.reliability.helpers import ServerProcess, start_server, stop_server
+
+pytestmark = pytest.mark.timeout(180)
+
+#: The moves that eliminate both players of MarketEntryGame-v0 (2 players, seed 1) and then
+#: pass the turn: TextArena's own rotation never returns from the last one.
+LOOPING_MOVES = [
+    "[99]", "[99]", "[X]", "[0]", "", "[99]", "[0]", "", "[5]", "[S]", "[E]", "[0]", "[E]", "hello",
+    "[0]", "[E]", "[0]", "hello", "hello", "[5]", "", "hello", "[5]",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("game-limits") / "server.log"
+    started = start_server(
+        "", log, module="servers.textarena", timeout_s=60,
+        args=["--env-id", "GuessTheNumber-v0", "--game-workers", "2", "--generation-timeout-s", "4",
+              "--max-queued-generations", "6", "--max-concurrent-envs", "32"],
+    )
+    yield started
+    stop_server(started)
+
+
+def ws_url(server: ServerProcess) -> str:
+    return server.url.replace("http://", "ws://") + "/ws"
+
+
+class Client:
+    """A raw-frame client: one JSON request, one JSON reply (its size kept)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.last_size = 0
+
+    async def call(self, frame: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+        await self.ws.send(json.dumps(frame))
+        raw = await asyncio.wait_for(self.ws.recv(), timeout=timeout)
+        self.last_size = len(raw)
+        return dict(json.loads(raw))
+
+    async def reset(self, **data: Any) -> dict[str, Any]:
+        return await self.call({"type": "reset", "data": data})
+
+    async def step(self, message: str) -> dict[str, Any]:
+        return await self.call({"type": "step", "data": {"message": message}})
+
+
+class Honest:
+    """An honest player measured alongside an attack: it plays GuessTheNumber on its own
+    session, round after round, recording how long each reply took."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.latencies: list[float] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _play(self) -> None:
+        async with websockets.connect(ws_url(self.server), max_size=None) as ws:
+            client = Client(ws)
+            seed = 0
+            while not self._stop.is_set():
+                seed += 1
+                started = time.monotonic()
+                reply = await client.reset(seed=seed)
+                self.latencies.append(time.monotonic() - started)
+                assert reply["type"] == "observation", reply
+                for guess in range(1, 21):
+                    started = time.monotonic()
+                    reply = await client.step(f"[{guess}]")
+                    self.latencies.append(time.monotonic() - started)
+                    assert reply["type"] == "observation", reply
+                    if reply["data"]["done"] or self._stop.is_set():
+                        break
+
+    async def __aenter__(self) -> Honest:
+        self._task = asyncio.ensure_future(self._play())
+        while len(self.latencies) < 3:  # playing before the attack starts
+            await asyncio.sleep(0.05)
+            if self._task.done():
+                self._task.result()
+        self.latencies.clear()  # only what the attack could slow counts
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await asyncio.wait_for(self._task, 60)
+
+    def worst(self) -> float:
+        return max(self.latencies, default=0.0)
+
+
+@pytest.fixture
+async def honest(server: ServerProcess) -> AsyncIterator[Honest]:
+    async with Honest(server) as player:
+        yield player
+
+
+async def test_a_step_that_eliminates_every_player_ends_the_game_and_the_server_goes_on(
+    server: ServerProcess, honest: Honest
+) -> None:
+    async with websockets.connect(ws_url(server), max_size=None) as ws:
+        attacker = Client(ws)
+        first = await attacker.reset(env_id="MarketEntryGame-v0", num_players=2, seed=1)
+        assert first["type"] == "observation", first
+        started = time.monotonic()
+        for move in LOOPING_MOVES:
+            reply = await attacker.call({"type": "step", "data": {"message": move}}, timeout=30)
+            assert reply["type"] == "observation", reply
+        assert time.monotonic() - started < 10
+        # The game is over, every player lost, instead of the server's loop spinning forever.
+        assert reply["data"]["done"] is True
+        assert reply["data"]["observation"]["info"] is not None
+        health_started = time.monotonic()
+        assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+        assert time.monotonic() - health_started < 1
+    assert honest.worst() < 2.0, honest.latencies
+
+
+async def test_a_move_past_its_games_cap_is_refused_unplayed_and_a_move_at_the_cap_is_quick(
+    server: ServerProcess, honest: Honest
+) -> None:
+    async with websockets.connect(ws_url(server), max_size=None) as ws:
+        attacker = Client(ws)
+        assert (await attacker.reset(env_id="ConnectFour-v0", num_players=2, seed=1))["type"] == "observation"
+        started = time.monotonic()
+        refused = await attacker.step("[" * 24_000)  # 20 s of ConnectFour's regex, GIL held
+        assert time.monotonic() - started < 1
+        assert refused["data"]["code"] == "VALIDATION_ERROR", refused
+        assert refused["data"]["max_move_chars"] == 512
+        assert "24000 characters" in refused["data"]["message"]
+        assert attacker.last_size < 1024
+        started = time.monotonic()
+        at_cap = await attacker.step("[" * 512)  # the longest move ConnectFour takes
+        assert at_cap["type"] == "observation", at_cap
+        assert time.monotonic() - started < 1
+        played = await attacker.step("[col 3]")  # the game goes on: nothing was half-played
+        assert played["type"] == "observation" and played["data"]["done"] is False
+    assert honest.worst() < 2.0, honest.latencies
+
+
+async def test_an_episodes_moves_are_bounded_so_its_replies_are(server: ServerProcess) -> None:
+    async with websockets.connect(ws_url(server), max_size=None) as ws:
+        client = Client(ws)
+        assert (await client.reset(env_id="2048-v0", seed=3))["type"] == "observation"
+        sizes: list[int] = []
+        moves = [(move + " ").ljust(4000, "x") for move in ("[Up]", "[Left]", "[Down]", "[Right]")]
+        for played in range(200):
+            reply = await client.step(moves[played % 4])
+            if reply["type"] == "error":
+                break
+            sizes.append(client.last_size)
+            assert reply["data"]["done"] is False, "the 2048 game ended before the budget was spent"
+        assert reply["data"]["code"] == "VALIDATION_ERROR", reply
+        assert reply["data"]["max_episode_move_chars"] == 256 * 1024
+        assert len(sizes) == 256 * 1024 // 4000
+        assert max(sizes) < 1_200_000  # the cumulative transcript holds at most the budget
+        again = await client.reset(env_id="2048-v0", seed=3)  # a new episode, a new budget
+        assert again["type"] == "observation"
+        assert (await client.step(moves[0]))["type"] == "observation"
+
+
+async def test_string_options_and_unknown_ids_are_bounded_in_reply_and_log(server: ServerProcess) -> None:
+    log_before = server.log_path.stat().st_size
+    async with websockets.connect(ws_url(server), max_size=None) as ws:
+        client = Client(ws)
+        unknown = await client.reset(env_id="N" * (4 * 2**20))
+        assert unknown["data"]["code"] == "VALIDATION_ERROR"
+        assert "Unknown TextArena env id" in unknown["data"]["message"]
+        assert client.last_size < 2048
+        long_id = await client.reset(episode_id="e" * 2**20)
+        assert long_id["data"]["code"] == "VALIDATION_ERROR"
+        assert "episode_id must be at most 256 characters" in long_id["data"]["message"]
+        assert client.last_size < 2048
+        ok = await client.reset(episode_id="e" * 256, seed=1)
+        assert ok["type"] == "observation"
+        state = await client.call({"type": "state"})
+        assert state["data"]["episode_id"] == "e" * 256
+    assert server.log_path.stat().st_size - log_before < 4096
+
+
+async def test_the_game_pool_is_bounded_and_shared_fairly(server: ServerProcess, honest: Honest) -> None:
+    """Clients flood the 2-worker pool with a game whose generation takes minutes (Sokoban's
+    medium boards): the pool's queue refuses what is past its bound at once, each generation
+    is stopped at its deadline (4 s here), and the flood holds one worker only, so an honest
+    reset of another game is served at once."""
+    sockets = [await websockets.connect(ws_url(server), max_size=None) for _ in range(8)]
+    try:
+        for k, ws in enumerate(sockets):
+            await ws.send(json.dumps({"type": "reset", "data": {"env_id": "Sokoban-v0-medium", "seed": 1000 + k}}))
+        replies = [asyncio.ensure_future(ws.recv()) for ws in sockets]
+        await asyncio.sleep(0.5)
+        async with websockets.connect(ws_url(server), max_size=None) as ws:
+            started = time.monotonic()
+            reply = await Client(ws).reset()  # unseeded, the server's game
+            assert reply["type"] == "observation", reply
+            assert time.monotonic() - started < 5
+        # 4 queued (one game may fill 3/4 of the queue of 6) and 1 running (unless the eighth
+        # came before the worker took the first): 3 or 4 refused at once.
+        done, _ = await asyncio.wait(replies, timeout=1)
+        codes = [json.loads(r.result())["data"]["code"] for r in done]
+        assert set(codes) == {"CAPACITY_REACHED"} and len(codes) in (3, 4), codes
+        # The running generation is stopped at its deadline and its caller told so.
+        give_up_at = time.monotonic() + 15
+        while time.monotonic() < give_up_at:
+            done, _ = await asyncio.wait(replies, timeout=0.5)
+            messages = [json.loads(r.result())["data"] for r in done]
+            timeouts = [m for m in messages if m["code"] == "TIMEOUT"]
+            if timeouts:
+                break
+        assert timeouts and "did not finish within 4s" in timeouts[0]["message"], messages
+    finally:
+        for ws in sockets:  # the clients leave without waiting for the rest
+            await ws.close()
+    stateless = httpx.post(server.url + "/reset", json={"env_id": "GuessTheNumber-v0", "seed": 5}, timeout=30)
+    assert stateless.status_code == 200 and stateless.json()["done"] is False
+    assert honest.worst() < 5.0, honest.latencies
+
+
+def test_the_launcher_serves_a_game_that_runs_offline_by_default(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEXTARENA_")}
+    server = start_server("", tmp_path / "server.log", module="servers.textarena", env=env, timeout_s=60)
+    try:
+        reply = httpx.post(server.url + "/reset", json={"seed": 1}, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert "Guess" in reply.json()["observation"]["prompt"]
+    finally:
+        stop_server(server)
+
+
+def test_the_wordle_refusal_names_every_missing_nltk_resource(tmp_path: Path) -> None:
+    env = {**os.environ, "NLTK_DATA": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "servers.textarena", "--env-id", "Wordle-v0", "--port", "1"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    err = done.stderr.strip()
+    assert "NLTK data not installed: averaged_perceptron_tagger_eng, words" in err, err
+    assert "\n" not in err
