@@ -2,8 +2,9 @@
 
 Frames are JSON text, one request gets exactly one reply, in order. The shapes are OpenEnv's
 (its ``/ws`` frames and error codes), so an OpenEnv client works against an envsdk server and the
-envsdk client works against an OpenEnv server. envsdk's extensions are opt-in and never sent
-to a peer that did not ask for them:
+envsdk client works against an OpenEnv server. envsdk's extensions are opt-in: a peer that
+did not ask for them is never sent their frames or fields, and gets the error codes listed
+after them only as said there:
 
 * ``{"type": "mcp", "data": <JSON-RPC request>}`` — an MCP call on the session (OpenEnv 0.10):
   answered ``{"type": "mcp", "data": <JSON-RPC response>}``; see `envsdk.server.mcp`.
