@@ -293,7 +293,7 @@ def test_openenv_environment_factory_plays_and_releases_its_session() -> None:
         env = factory()
         assert "ready" in (env.reset(prompt=[{"role": "user", "content": "go"}], seed=3) or "")
         assert _active_sessions(url) == 1
-        assert '"echoed_message": "hello"' in env.act('{"message": "hello"}')
+        assert env.act('{"message": "hello"}') == "hello"  # the observation's text, as the model reads it
         assert "over" in env.act("abcd")  # max_turns=2 reached: the episode ended and closed
         assert _active_sessions(url) == 0
         assert env.get_reward() == pytest.approx(0.5 + 0.4)
