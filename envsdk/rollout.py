@@ -757,7 +757,8 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     check_env_name(default_env, base_url)
-    _check_rows(default_env, {**(args.env_config or {}), "name": default_env}, args, "--env-config")
+    given = {"base_url": base_url} if base_url is not None else {}
+    _check_rows(default_env, {**(args.env_config or {}), "name": default_env, **given}, args, "--env-config")
     requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)
     return [Batch(default_env, requests, policy(default_env), base_url)]
 
