@@ -311,7 +311,8 @@ class WorkerPool:
             self._bytes = 0
         self._wake()
         for task in tasks:
-            task.future.cancel() or _fail(task, GamePoolBusy("the game pool was shut down", retry_after_s=1.0))
+            if not task.future.cancel():
+                _fail(task, GamePoolBusy("the game pool was shut down", retry_after_s=1.0))
         for worker in workers:
             worker.process.kill()
         for worker in workers:
@@ -351,9 +352,9 @@ class WorkerPool:
         ready = wait([*workers, self._wake_r], max(0.0, min(deadlines)) if deadlines else None)
         if self._wake_r in ready:
             os.read(self._wake_r, 4096)
-        for conn in ready:
-            if conn in workers:
-                self._collect(workers[conn])  # type: ignore[index]
+        for conn, worker in workers.items():
+            if conn in ready:
+                self._collect(worker)
         self._reap()
 
     def _assign_locked(self) -> None:
@@ -429,8 +430,8 @@ class WorkerPool:
                         f"the game generation did not finish within {self.task_timeout_s:g}s; "
                         "its worker was stopped", self.task_timeout_s,
                     ))
-                else:
-                    task.future.cancel() or _fail(task, RuntimeError("nobody waits for this game any more"))
+                elif not task.future.cancel():
+                    _fail(task, RuntimeError("nobody waits for this game any more"))
                 if self._cache.get(task.key) is task:
                     del self._cache[task.key]
 
@@ -448,13 +449,12 @@ def _usable(task: _Task) -> bool:
     return not future.done() or (not future.cancelled() and future.exception() is None)
 
 
-def _fail(task: _Task, error: BaseException) -> bool:
+def _fail(task: _Task, error: BaseException) -> None:
     if not task.future.done():
         try:
             task.future.set_exception(error)
         except Exception:  # set by another thread meanwhile
-            return False
-    return True
+            pass
 
 
 def _short(value: Any) -> str:

@@ -73,7 +73,7 @@ class Crowd:
             seed = 1000 * k
             while not self._stop.is_set():
                 seed += 1
-                reply = await _call(ws, "reset", {"seed": seed})
+                reply = await _call(ws, "reset", {"env_id": "GuessTheNumber-v0", "seed": seed})
                 assert reply["type"] == "observation", reply
                 for guess in range(1, 21):
                     reply = await _call(ws, "step", {"message": f"[{guess}]"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from envsdk.errors import EpisodeDoneError, NotResetError
 from servers.textarena import NltkDataMissing, TextArenaAction, TextArenaEnvironment
 from servers.textarena.app import parse_kwarg
 from servers.textarena.environment import GameRandom, jsonable
+from servers.textarena.errors import GenerationTimeout
 from servers.textarena.nltk_data import forbid_downloads
 from servers.textarena.pool import GamePool
 from servers.textarena.start_textarena_server import main as cli_main
@@ -140,5 +142,20 @@ def test_the_game_cache_is_bounded_in_bytes() -> None:
             time.sleep(0.05)  # the size is recorded by a callback right after the result
         assert games.submit("GuessTheNumber-v0", {}, 1, 1) is not first
         assert games.submit("GuessTheNumber-v0", {}, 1, 2) is not second  # evicted by the re-run
+    finally:
+        games.shutdown()
+
+
+def test_a_generation_nobody_waits_for_any_more_is_stopped() -> None:
+    """Sokoban's medium boards take minutes to generate: a caller that gives up takes its
+    generation with it, so the only worker is free for the next game at once."""
+    games = GamePool(workers=1, task_timeout_s=600)
+    try:
+        games.warm()
+        with pytest.raises(GenerationTimeout):
+            games.game("Sokoban-v0-medium", {}, 1, 1, timeout_s=3.0)
+        started = time.monotonic()
+        assert games.game("GuessTheNumber-v0", {}, 1, 1, timeout_s=60).payload
+        assert time.monotonic() - started < 30
     finally:
         games.shutdown()
