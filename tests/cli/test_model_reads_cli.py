@@ -37,6 +37,12 @@ def test_the_model_reads_the_envs_text_and_a_reward_is_not_taken_for_success(fol
     assert any(r["total_reward"] > 0 for r in records)
     assert all(r["success"] is None for r in records)
     assert _success_line(result.stdout) == "success rate    n/a (neither the env nor the scheduler states success)"
+    # The README's way to pick ms-swift's JSON dump instead.
+    dumped = envsdk("rollout", "--env", "my_env", "--base-url", url, "--episodes", "1", "--formatter", "json",
+                    "--no-progress", cwd=folder)
+    assert dumped.returncode == 0, dumped.stderr
+    first = _records(folder / "completions.jsonl")[0]["messages"][0]["content"]
+    assert json.loads(first)["text"] == "say something (seed 0)"
 
 
 def test_a_tool_server_is_played_with_tool_calls_and_its_state_reward(folder: Path, serve: ServeFn) -> None:
