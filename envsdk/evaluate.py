@@ -324,6 +324,7 @@ def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
 
 class _Batch(Protocol):
     requests: list[RolloutRequest]
+    policy: Any
 
 
 @dataclass
@@ -463,6 +464,14 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 expanded.append(RolloutRequest(messages=copy.deepcopy(request.messages), data_dict=data, uuid=uuid))
         batch.requests[:] = expanded
         to_play += len(expanded)
+    if getattr(args, "tokens", False):
+        for policy in {id(b.policy): b.policy for b in batches}.values():
+            if hasattr(policy, "token_exact"):
+                policy.token_exact = True
+            else:
+                notes.append(f"--tokens: the {type(policy).__name__} policy gives no token ids; its records have none")
+    for note in notes:
+        print(f"envsdk rollout: {note}", file=sys.stderr)
     if out is not None:
         parser = getattr(args, "rollout_parser", None)
         if parser is not None:

@@ -37,12 +37,19 @@ class PolicyOutput:
     ``finish_reason`` is ``"length"`` when the reply was cut by the token limit (a scheduler
     should not send it to the environment as a finished move) and ``"stop"`` otherwise. Token
     counts are given when the backend reports them.
+
+    A policy asked for token-exact output (its ``token_exact`` attribute set true) also gives
+    ``prompt_ids`` (the whole context it generated from), ``completion_ids`` (what it generated)
+    and, where it can, ``logprobs`` (one per completion token); `envsdk.tokens` records them.
     """
 
     text: str
     finish_reason: FinishReason = "stop"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
 
 
 class PolicyError(EnvSDKError):

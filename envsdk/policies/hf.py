@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from envsdk.policies.base import FinishReason, Message, Policy, PolicyError, PolicyOutput
+from envsdk.policies.chat_tokens import chat_ids, continuation_ids
 
 __all__ = ["TransformersPolicy"]
 
@@ -40,6 +43,12 @@ class TransformersPolicy(Policy):
 
     ``finish_reason`` is ``"length"`` when `max_new_tokens` tokens were produced without an
     end-of-sequence token, ``"stop"`` otherwise. The tokenizer must have a chat template.
+
+    With `token_exact` (``envsdk rollout --tokens``), each reply also gives its context and
+    completion ids and per-token logprobs (of the distribution sampled from, after temperature),
+    and a conversation that continues one of this policy's replies is continued from that
+    reply's own tokens plus the ids of the messages added since (`continuation_ids`), never
+    from a re-tokenised transcript. At most `max_contexts` such conversations are remembered.
     """
 
     def __init__(
@@ -52,6 +61,8 @@ class TransformersPolicy(Policy):
         do_sample: bool = True,
         seed: int | None = None,
         dtype: str | torch.dtype = "auto",
+        token_exact: bool = False,
+        max_contexts: int = 4096,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -79,6 +90,10 @@ class TransformersPolicy(Policy):
             self._pad_id = self._eos_ids[0]
         self._lock = threading.Lock()
         self._calls = 0
+        self.token_exact = token_exact
+        self.max_contexts = max_contexts
+        # A finished reply's conversation (as JSON) -> the ids the model had seen and generated.
+        self._contexts: OrderedDict[str, list[int]] = OrderedDict()
 
     async def act(self, messages: list[Message]) -> str:
         return (await self.act_ex(messages)).text
@@ -90,10 +105,15 @@ class TransformersPolicy(Policy):
         model = self.model
         if model is None:
             raise PolicyError("this TransformersPolicy is closed; build a new one")
-        encoded: Any = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        inputs = encoded.to(self.device)
+        if self.token_exact:
+            context = self._context_ids(messages)
+            ids_tensor = torch.tensor([context], dtype=torch.long)
+            inputs: Any = {"input_ids": ids_tensor.to(self.device), "attention_mask": torch.ones_like(ids_tensor).to(self.device)}
+        else:
+            encoded: Any = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+            inputs = encoded.to(self.device)
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "do_sample": self.do_sample,
@@ -103,6 +123,8 @@ class TransformersPolicy(Policy):
             kwargs["eos_token_id"] = self._eos_ids
         if self.do_sample:
             kwargs["temperature"] = self.temperature
+        if self.token_exact:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
         with self._lock:
             call = self._calls
             self._calls += 1
@@ -117,16 +139,46 @@ class TransformersPolicy(Policy):
                 if self.seed is not None:
                     torch.manual_seed(self.seed + call)
                 output = model.generate(**inputs, **kwargs)
+                logprobs: list[float] | None = None
+                if self.token_exact:
+                    scores = model.compute_transition_scores(output.sequences, output.scores, normalize_logits=True)
+                    output = output.sequences
+                    logprobs = [float(x) for x in scores[0].tolist()]
         prompt_len = int(inputs["input_ids"].shape[1])
         new_tokens = output[0, prompt_len:].tolist()
         hit_eos = bool(new_tokens) and new_tokens[-1] in self._eos_ids
         finish: FinishReason = "length" if len(new_tokens) >= self.max_new_tokens and not hit_eos else "stop"
+        text = str(self.tokenizer.decode(new_tokens, skip_special_tokens=True))
+        if not self.token_exact:
+            return PolicyOutput(text=text, finish_reason=finish, prompt_tokens=prompt_len, completion_tokens=len(new_tokens))
+        prompt_ids = [int(i) for i in inputs["input_ids"][0].tolist()]
+        self._remember([*messages, {"role": "assistant", "content": text}], prompt_ids + new_tokens)
         return PolicyOutput(
-            text=str(self.tokenizer.decode(new_tokens, skip_special_tokens=True)),
+            text=text,
             finish_reason=finish,
             prompt_tokens=prompt_len,
             completion_tokens=len(new_tokens),
+            prompt_ids=prompt_ids,
+            completion_ids=[int(i) for i in new_tokens],
+            logprobs=logprobs,
         )
+
+    def _context_ids(self, messages: list[Message]) -> list[int]:
+        """The ids to generate from: a remembered reply's ids plus what was added after it, or,
+        for a conversation this policy did not answer before, the templated messages."""
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last is not None:
+            with self._lock:
+                known = self._contexts.pop(_conversation_key(messages[: last + 1]), None)
+            if known is not None:
+                return known + continuation_ids(self.tokenizer, messages[last + 1 :], self._eos_ids)
+        return chat_ids(self.tokenizer, messages, add_generation_prompt=True)
+
+    def _remember(self, conversation: list[Message], ids: list[int]) -> None:
+        with self._lock:
+            self._contexts[_conversation_key(conversation)] = ids
+            while len(self._contexts) > self.max_contexts:
+                self._contexts.popitem(last=False)
 
     def _rng_devices(self) -> list[int]:
         # fork_rng saves and restores the CUDA generators of the listed devices; on CPU, none.
@@ -140,6 +192,10 @@ class TransformersPolicy(Policy):
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _conversation_key(messages: list[Message]) -> str:
+    return json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in messages], sort_keys=True, default=str)
 
 
 def _eos_ids(*candidates: int | list[int] | None) -> list[int]:

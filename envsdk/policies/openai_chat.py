@@ -122,6 +122,13 @@ class OpenAIChatPolicy(Policy):
     and its `InferenceTimeoutError` (past `timeout`), `InferenceResponseError` (a 2xx body that
     is not a chat completion) and its `InferenceResponseTooLargeError` (over
     `max_response_bytes`). A bad option is a `ValueError` naming it.
+
+    With `token_exact` true (``envsdk rollout --tokens``) each request also asks for
+    ``logprobs`` and vLLM's ``return_token_ids``; a reply whose body carries
+    ``prompt_token_ids`` and the choice's ``token_ids`` gives them as `PolicyOutput.prompt_ids`
+    and ``completion_ids`` (with ``logprobs``, one per token, when the lengths agree). A server
+    that returns no ids (most hosted APIs) gives none, and its records have no tokens; one that
+    refuses the field (``transformers serve`` answers 422) is asked without it from then on.
     """
 
     def __init__(
@@ -160,6 +167,8 @@ class OpenAIChatPolicy(Policy):
         self.max_tokens = max_tokens
         self.seed = seed
         self.extra_body: dict[str, Any] = dict(extra_body or {})
+        self.token_exact = False
+        self._ask_token_ids = True
         self.concurrency = concurrency
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
@@ -184,6 +193,10 @@ class OpenAIChatPolicy(Policy):
         }
         if self.seed is not None:
             body["seed"] = self.seed
+        if self.token_exact:
+            body["logprobs"] = True
+            if self._ask_token_ids:
+                body["return_token_ids"] = True
         body.update(self.extra_body)
         return body
 
@@ -202,6 +215,11 @@ class OpenAIChatPolicy(Policy):
                     f"POST {self.url} failed: {type(exc).__name__}: {exc}; is the server running?"
                 ) from exc
         if not 200 <= status < 300:
+            if "return_token_ids" in body and status in (400, 422) and "return_token_ids" in text:
+                # A server without vLLM's token ids (transformers serve) refuses the field: ask once more
+                # without it, and never again.
+                self._ask_token_ids = False
+                return await self.act_ex(messages)
             raise InferenceServerError(self.url, status, text)
         return _parse_completion(self.url, text)
 
@@ -240,13 +258,37 @@ def _parse_completion(url: str, text: str) -> PolicyOutput:
             f"POST {url} answered a body that is not a chat completion: {text[:_BODY_EXCERPT]}"
         ) from exc
     usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    prompt_ids, completion_ids = _ids_or_none(payload.get("prompt_token_ids")), _ids_or_none(choice.get("token_ids"))
     return PolicyOutput(
         # A reply made only of tool calls or cut before any text has content null.
         text=content if isinstance(content, str) else "",
         finish_reason="length" if finish == "length" else "stop",
         prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
         completion_tokens=_int_or_none(usage.get("completion_tokens")),
+        prompt_ids=prompt_ids if completion_ids is not None else None,
+        completion_ids=completion_ids if prompt_ids is not None else None,
+        logprobs=_token_logprobs(choice.get("logprobs"), completion_ids),
     )
+
+
+def _ids_or_none(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return [int(i) for i in value]
+    return None
+
+
+def _token_logprobs(value: Any, ids: list[int] | None) -> list[float] | None:
+    """The per-token logprobs of an OpenAI ``logprobs`` object, when there is one per id."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if ids is None or not isinstance(content, list) or len(content) != len(ids):
+        return None
+    found: list[float] = []
+    for entry in content:
+        logprob = entry.get("logprob") if isinstance(entry, dict) else None
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+            return None
+        found.append(float(logprob))
+    return found
 
 
 def _int_or_none(value: Any) -> int | None:

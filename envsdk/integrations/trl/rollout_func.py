@@ -19,6 +19,7 @@ from envsdk.integrations.trl._common import (
 )
 from envsdk.integrations.trl.rewards import SUDOKU_REWARD_COMPONENTS
 from envsdk.policies.base import PolicyOutput
+from envsdk.policies.chat_tokens import continuation_ids
 from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
 from envsdk.schedulers.sudoku import SudokuScheduler
@@ -212,22 +213,9 @@ class EnvironmentRollout:
         return [int(i) for i in ids]
 
     def suffix_ids(self, new_messages: list[Message]) -> list[int]:
-        """Tokens of `new_messages` as they follow a finished turn, plus the generation prompt.
-
-        Rendered after a one-message dummy conversation cut at its end-of-sequence token (as
-        TRL renders tool results), so they continue the model's own tokens, which end there.
-        """
-        prefix = self.template(_DUMMY_TURN, add_generation_prompt=False)
-        eos_positions = [i for i, t in enumerate(prefix) if t in self.eos_ids]
-        if eos_positions:
-            prefix = prefix[: eos_positions[-1] + 1]
-        full = self.template(_DUMMY_TURN + list(new_messages), add_generation_prompt=True)
-        if full[: len(prefix)] != prefix:
-            raise ValueError(
-                "the chat template does not render a conversation as an extension of its beginning; "
-                "environment turns cannot be appended as tokens"
-            )
-        return full[len(prefix) :]
+        """Tokens of `new_messages` as they follow a finished turn, plus the generation prompt
+        (`envsdk.policies.chat_tokens.continuation_ids`)."""
+        return continuation_ids(self.tokenizer, list(new_messages), self.eos_ids, **self._template_kwargs)
 
     # ------------------------------------------------------------ the call
 
