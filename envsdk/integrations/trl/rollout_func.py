@@ -151,9 +151,6 @@ class _TokenPolicy:
         return (await self.act_ex(messages)).text
 
 
-_DUMMY_TURN: list[Message] = [{"role": "user", "content": "x"}]
-
-
 class EnvironmentRollout:
     """TRL's ``rollout_func``: ``rollout(prompts, trainer) -> dict`` (see `make_rollout_func`).
 
