@@ -138,3 +138,24 @@ def test_the_rendering_function_is_public_and_documented() -> None:
     assert render_observation({"board": [1, 2], "metadata": {"x": 1}}) == '{"board": [1, 2]}'
     assert set(formatters) >= {"text", "json"}
     assert parse_reply("hi", {"properties": {"message": {"type": "string"}}}) == {"message": "hi"}
+
+
+async def test_2048_moves_score_but_nobody_states_success() -> None:
+    from envsdk.rollout import summarize
+    from servers.textarena.app import create_textarena_app
+    from servers.textarena.pool import GamePool
+
+    pool = GamePool(workers=1)
+    try:
+        with running_server(create_textarena_app("2048-v0", game_pool=pool, max_concurrent_envs=4)) as url:
+            rows = [RolloutRequest(data_dict={"env_config": {"base_url": url, "seed": s}}) for s in range(4)]
+            # A move, then words 2048 refuses: the game ends and pays a small positive reward.
+            moves = ScriptedPolicy(["[Up]"] + ["hello"] * 7)
+            trajectories = await OpenEnvScheduler(max_turns=8).run(rows, moves)
+    finally:
+        pool.shutdown()
+    # The old rule ("ended on its own with a positive last reward") called every one a success.
+    assert all(t.status == "done" and t.steps[-1].reward > 0 for t in trajectories), [t.reason for t in trajectories]
+    # A reward is not a verdict: 2048 states no success, so the rate is not a guessed 100%.
+    assert all(t.success is None for t in trajectories)
+    assert summarize(trajectories, 1.0).render().splitlines()[1].startswith("success rate    n/a")
