@@ -154,15 +154,16 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
     # ---------------------------------------------------------------- web page
 
     @staticmethod
-    def render_web(observation: dict[str, Any]) -> WebView:
-        """The /web page's view of a step: the problem, the output and the test verdict."""
-        meta = observation.get("metadata") or {}
+    def render_web(observation: CodeObservation) -> WebView:
+        """The /web page's view of an observation: the problem, the output and the test verdict
+        (the page's history shows the code sent)."""
+        meta = observation.metadata
         lines = [f"# {meta.get('task_id', '')}", str(meta.get("prompt", "")).rstrip(), ""]
-        lines.append(f"exit code: {observation.get('exit_code', 0)}")
-        if observation.get("stdout"):
-            lines += ["--- stdout", str(observation["stdout"]).rstrip()]
-        if observation.get("stderr"):
-            lines += ["--- stderr", str(observation["stderr"]).rstrip()]
+        lines.append(f"exit code: {observation.exit_code}")
+        if observation.stdout:
+            lines += ["--- stdout", observation.stdout.rstrip()]
+        if observation.stderr:
+            lines += ["--- stderr", observation.stderr.rstrip()]
         tests = meta.get("tests")
         if isinstance(tests, dict):
             verdict = "passed" if tests.get("passed") else "failed"

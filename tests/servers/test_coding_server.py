@@ -22,7 +22,7 @@ from envsdk import EnvClient
 from envsdk.cli import main as envsdk_main
 from envsdk.games.humaneval import humaneval
 from envsdk.testing import running_server
-from servers.coding import CodingEnvironment, create_coding_app
+from servers.coding import create_coding_app
 from tests.sandbox.conftest import ensure_bwrap, processes_of
 
 pytestmark = pytest.mark.timeout(300)
@@ -168,13 +168,13 @@ def test_capacity_counts_sandboxes() -> None:
         app.state.envsdk_sandbox_pool.close()
 
 
-def test_web_view_shows_code_output_and_tests() -> None:
-    view = CodingEnvironment.render_web({
-        "stdout": "hi\n", "stderr": "", "exit_code": 0,
-        "metadata": {"task_id": "HumanEval/0", "prompt": "def f():\n", "tests": {"passed": True, "seconds": 0.1, "output": ""}},
-    })
-    assert view.text is not None
-    assert "HumanEval/0" in view.text and "hi" in view.text and "tests passed" in view.text
+def test_web_page_shows_output_and_test_results(base_url: str) -> None:
+    problem = humaneval()[0]
+    with GenericEnvClient(base_url=base_url).sync() as env:
+        env.reset(task_id=problem.task_id)
+        observation = env.step({"code": problem.solution + "print('hi')\n"}).observation
+    view = httpx.post(base_url + "/web/api/render", json={"observation": observation}).json()
+    assert "HumanEval/0" in view["text"] and "--- stdout\nhi" in view["text"] and "tests passed" in view["text"]
 
 
 @pytest.mark.parametrize("policy, solved", [("oracle", 164), ("envsdk.policies.coding:CodingWrongPolicy", 0)])
