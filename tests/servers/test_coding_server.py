@@ -4,12 +4,14 @@ the rollout command (164/164 with the oracle, 0/164 with wrong solutions)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient as OpenEnvClient
@@ -207,3 +209,41 @@ def test_server_shutdown_closes_the_warm_sandboxes() -> None:
         assert len(ready) == 2
     assert pool.ready == 0 and all(not box.alive for box in ready)
     assert all(processes_of(box.uid, box.pid) == [] for box in ready)
+
+
+def test_launcher_serves_and_leaves_nothing_after_sigterm(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from envsdk.testing import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "servers.coding", "--port", str(port), "--sandbox", "process", "--warm", "2",
+         "--log-level", "warning"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        health: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+                if health["sandbox"]["ready"] == 2:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        assert health["sandbox"]["provider"] == "process" and health["sandbox"]["ready"] == 2
+        uids = {p.uids().real for p in psutil.Process(server.pid).children(recursive=True)} - {os.getuid()}
+        assert uids
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        assert server.stderr is not None
+        server.stderr.close()
+    assert all(processes_of(uid, -1) == [] for uid in uids)
