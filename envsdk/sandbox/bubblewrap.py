@@ -9,7 +9,10 @@ the server runs as root, as a user id of their own outside (`SandboxSlot`), so t
 counts their processes per sandbox and they hold no privilege on the host. bwrap dies with the
 server (``--die-with-parent``), and the kernel kills every process of a PID namespace when
 its first process dies, so nothing outlives `Sandbox.close`: no process, no mount (the tmpfs
-mounts live in the sandbox's mount namespace) and no file.
+mounts live in the sandbox's mount namespace) and no file. ``--die-with-parent`` follows the
+kernel's parent-death signal, which fires when the *thread* that started bwrap exits: start
+sandboxes from a thread that lives as long as they should (a `SandboxPool`'s own thread, or
+the session's lane, which outlives its sandbox).
 
 Interpreter: ``python`` (default ``/usr/bin/python3``) must live under ``/usr``.
 """
