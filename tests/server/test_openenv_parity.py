@@ -99,3 +99,7 @@ async def test_an_app_whose_lifespan_ended_serves_again_when_started_again() -> 
             finally:
                 openenv.close()
             assert (await asyncio.to_thread(httpx.post, url + "/reset", json={}, timeout=10)).status_code == 200
+            if round_ == 0:  # the first run ends as SIGTERM ends `envsdk serve`: drained, then stopped
+                server_loop = app.state.envsdk_sessions.executors._loop
+                drained = asyncio.run_coroutine_threadsafe(app.state.envsdk_drain(), server_loop)
+                await asyncio.wait_for(asyncio.wrap_future(drained), 30)
