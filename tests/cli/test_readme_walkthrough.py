@@ -84,3 +84,73 @@ def test_the_readme_walkthrough_from_an_empty_folder(folder: Path, serve: ServeF
     assert "say something (seed 5)" in history[0] and "you said 'hello'" in history[1]
     assert httpx.get(url + "/health", timeout=5).json()["active_sessions"] == 1
 
+
+
+def _user_turns(record: dict) -> list[tuple[str, str]]:
+    """(user message, the assistant reply before it, or "" for the first) of one record."""
+    turns, previous = [], ""
+    for message in record["messages"]:
+        if message["role"] == "assistant":
+            previous = message["content"]
+        elif message["role"] == "user":
+            turns.append((message["content"], previous))
+    return turns
+
+
+def _readme_lines(prefix: str) -> list[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return [line.split("#", 1)[0].strip() for line in readme.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.timeout(400)
+def test_what_the_model_reads_in_the_readmes_rollouts_is_the_envs_text(folder: Path, serve: ServeFn) -> None:
+    """The README's rollouts of its own env, of the tool example and of the example dataset:
+    every user message the model received is the env's text, exactly (no JSON dump)."""
+    import asyncio
+    import shutil
+
+    from envsdk.env import RolloutRequest
+    from envsdk.envs.frozen_lake import FrozenLakeEnv
+
+    # The README's env, served and rolled out as its walk-through says.
+    rollout_line = _readme_commands()[2]
+    url = serve("my_env:MyEnv", cwd=folder)
+    rolled = envsdk(*rollout_line.replace("http://127.0.0.1:8000", url).split()[1:], "--no-progress", cwd=folder)
+    assert rolled.returncode == 0, rolled.stderr
+    records = [json.loads(line) for line in (folder / "completions.jsonl").read_text(encoding="utf-8").splitlines()]
+    for record in records:
+        turns = _user_turns(record)
+        assert turns[0] == (f"say something (seed {record['seed']})", "")
+        assert len(turns) == 3 and all(text == f"you said {reply!r}" for text, reply in turns[1:]), turns
+
+    # The tool example, served as the README says, played with tool calls.
+    shutil.copy(REPO / "examples" / "ledger_tools.py", folder / "ledger_tools.py")
+    assert "python examples/ledger_tools.py --port 8000" in (REPO / "README.md").read_text(encoding="utf-8")
+    ledger = serve(cwd=folder, module="ledger_tools")
+    tools = envsdk("rollout", "--env", "ledger", "--base-url", ledger, "--episodes", "2", "--max-turns", "3",
+                   "--out", "tools.jsonl", "--no-progress", cwd=folder)
+    assert tools.returncode == 0, tools.stderr
+    for record in (json.loads(line) for line in (folder / "tools.jsonl").read_text(encoding="utf-8").splitlines()):
+        rng = __import__("random").Random(record["seed"])
+        start, target = rng.randint(0, 20) * 5, rng.randint(0, 20) * 5
+        turns = _user_turns(record)
+        assert turns[0] == (f"The ledger holds {start}. Bring it to exactly {target} with the deposit and withdraw tools.", "")
+        assert "<tools>" in record["messages"][0]["content"] and '"deposit"' in record["messages"][0]["content"]
+        for text, reply in turns[1:]:
+            assert reply.startswith("<tool_call>"), reply
+            assert re.fullmatch(r"-?\d+|error: .+", text), text  # the tool's value, as text
+
+    # The README's dataset line, from a folder holding the examples.
+    shutil.copytree(REPO / "examples" / "data", folder / "examples" / "data")
+    line = next(l for l in _readme_lines("envsdk rollout --dataset examples/data/frozen_lake"))
+    data = envsdk(*line.split()[1:], "--out", "rows.jsonl", "--no-progress", cwd=folder)
+    assert data.returncode == 0, data.stderr
+    rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 128
+    for record in rows[:16]:
+        env = FrozenLakeEnv({"seed": record["seed"]})
+        request = RolloutRequest(data_dict={"env_config": {"name": "frozen_lake", "seed": record["seed"]}})
+        first, _, _ = asyncio.run(env.reset(request))
+        turns = _user_turns(record)
+        assert turns[0] == (first, "") and "<placeholder>" not in json.dumps(record["messages"])
+        assert not any(text.lstrip().startswith("{") for text, _ in turns), turns
