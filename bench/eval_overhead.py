@@ -1,0 +1,167 @@
+"""What the evaluation harness costs per episode, against a bare loop over the same env client.
+
+    .venv/bin/python -m bench.eval_overhead [--episodes 128] [--concurrency 64] [--rounds 5]
+
+One Sudoku server (``python -m servers.sudoku``, its own process) serves both arms, which take
+turns round by round on the same seeds, `--concurrency` episodes at a time, the oracle playing:
+
+* **bare**: per episode an `EnvClient` resets (compact observation, shaped rubric: what the
+  scheduler asks for) and steps the oracle's move until the game ends — nothing else;
+* **harness**: what ``envsdk rollout --rollouts-per-example 1`` runs after its pre-flight: the
+  options parsed, `plan_run` tagging every rollout and writing the run file, the Sudoku
+  scheduler (hints, shaped reward parts, messages), each record written to
+  ``completions.jsonl``, and the pass@k summary (`finish_run`) read back from it.
+
+Reported per arm: wall time per episode (the batch's wall time over its episodes: what the
+harness adds to a run), each episode's own latency (p50, p99), and CPU time per episode in
+this process (client, scheduler, policy, records) and in the server process. The overhead is
+the harness's wall time per episode over the bare loop's (median over the rounds), and, less
+sensitive to other load on a shared machine, the extra CPU the harness spends per episode over
+the bare loop's whole CPU per episode (client + server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.replicas import _cpu_seconds
+from envsdk.client import EnvClient
+from envsdk.evaluate import finish_run, plan_run
+from envsdk.games.sudoku import parse_move
+from envsdk.policies import SudokuOraclePolicy
+from envsdk.records import quantile
+from envsdk.rollout import Batch, add_rollout_parser, make_requests, run_batches
+from envsdk.testing import free_port, stop_process
+
+
+async def bare_episode(url: str, seed: int, policy: SudokuOraclePolicy, gate: asyncio.Semaphore) -> tuple[float, int]:
+    """One game through the client alone; (seconds, steps)."""
+    async with gate:
+        started = time.perf_counter()
+        steps = 0
+        async with EnvClient(url) as env:
+            result = await env.reset(seed=seed, observation_form="compact", rubric="shaped")
+            while not result.done:
+                observation: Any = result.observation
+                reply = await policy.act([{"role": "user", "content": "", "board": observation["board"]}])
+                move = parse_move(reply)
+                if move is None:
+                    raise RuntimeError(f"the oracle gave no move: {reply!r}")
+                result = await env.step({"message": f"[{move[0]} {move[1]} {move[2]}]"})
+                steps += 1
+        return time.perf_counter() - started, steps
+
+
+async def bare_round(url: str, episodes: int, seed: int, concurrency: int) -> tuple[float, list[float], int]:
+    gate = asyncio.Semaphore(concurrency)
+    policy = SudokuOraclePolicy()
+    started = time.perf_counter()
+    done = await asyncio.gather(*(bare_episode(url, seed + i, policy, gate) for i in range(episodes)))
+    return time.perf_counter() - started, [s for s, _ in done], sum(n for _, n in done)
+
+
+async def harness_round(url: str, episodes: int, seed: int, concurrency: int, out: Path) -> tuple[float, list[float], int]:
+    parser = argparse.ArgumentParser(prog="envsdk")
+    add_rollout_parser(parser.add_subparsers(dest="command"))
+    argv = ["rollout", "--env", "sudoku", "--base-url", url, "--policy", "oracle", "--episodes", str(episodes),
+            "--seed", str(seed), "--concurrency", str(concurrency), "--out", str(out), "--no-progress"]
+    started = time.perf_counter()
+    args = parser.parse_args(argv)
+    args.command_line = argv
+    batch = Batch("sudoku", make_requests("sudoku", episodes, seed, url), SudokuOraclePolicy(), url)
+    plan = plan_run(args, [batch])
+    report = await run_batches(
+        [batch], concurrency=concurrency, out=out, progress=False, append=plan.append, max_turns=None,
+    )
+    if finish_run(out) is None:
+        raise RuntimeError("no records were written")
+    elapsed = time.perf_counter() - started
+    bad = [t for t in report.trajectories if t.status != "done"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} episodes did not finish: {bad[0].reason}")
+    return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(len(t.steps) for t in report.trajectories)
+
+
+def _row(name: str, walls: list[float], latencies: list[float], episodes: int, steps: int) -> str:
+    per_episode = statistics.median(walls) / episodes * 1000
+    return (f"| {name} | {per_episode:.2f} ms | {quantile(latencies, 0.5) * 1000:.0f} ms | "
+            f"{quantile(latencies, 0.99) * 1000:.0f} ms | {steps / episodes:.1f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    opts = parser.parse_args()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "servers.sudoku", "--port", str(port), "--max-concurrent-envs", str(2 * opts.concurrency)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the Sudoku server did not start")
+            time.sleep(0.2)
+        results: dict[str, tuple[list[float], list[float], int]] = {"bare": ([], [], 0), "harness": ([], [], 0)}
+        ratios: list[float] = []
+        cpu: dict[str, list[tuple[float, float]]] = {"bare": [], "harness": []}  # (this process, server) per round
+        with tempfile.TemporaryDirectory() as folder:
+            asyncio.run(bare_round(url, opts.concurrency, 10_000, opts.concurrency))  # warm-up
+            for r in range(opts.rounds):
+                seed = 1000 * r
+                mark = (time.process_time(), _cpu_seconds(server.pid))
+                bare = asyncio.run(bare_round(url, opts.episodes, seed, opts.concurrency))
+                cpu["bare"].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
+                mark = (time.process_time(), _cpu_seconds(server.pid))
+                harness = asyncio.run(harness_round(url, opts.episodes, seed, opts.concurrency, Path(folder) / f"c{r}.jsonl"))
+                cpu["harness"].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
+                for name, (wall, lat, steps) in (("bare", bare), ("harness", harness)):
+                    walls, lats, total = results[name]
+                    walls.append(wall)
+                    lats.extend(lat)
+                    results[name] = (walls, lats, total + steps)
+                ratios.append(harness[0] / bare[0] - 1)
+                print(f"round {r}: bare {bare[0]:.2f} s, harness {harness[0]:.2f} s ({ratios[-1]:+.1%})", file=sys.stderr)
+    finally:
+        stop_process(server)
+    n = opts.episodes
+    print(f"{opts.rounds} rounds x {n} Sudoku-v0 oracle episodes, {opts.concurrency} at a time\n")
+    print("| arm | wall time per episode (median round) | episode latency p50 | p99 | steps per episode "
+          "| CPU per episode: this process | server |")
+    print("|---|---|---|---|---|---|---|")
+    per_episode_cpu = {
+        name: (sum(c for c, _ in rounds) / (n * opts.rounds), sum(s for _, s in rounds) / (n * opts.rounds))
+        for name, rounds in cpu.items()
+    }
+    for name, (walls, lats, steps) in results.items():
+        mine, server_cpu = per_episode_cpu[name]
+        print(_row(name, walls, lats, n, steps // opts.rounds) + f" {mine * 1000:.2f} ms | {server_cpu * 1000:.2f} ms |")
+    bare_cpu = sum(per_episode_cpu["bare"])
+    extra_cpu = per_episode_cpu["harness"][0] - per_episode_cpu["bare"][0]
+    print(f"\nharness overhead, wall time: {statistics.median(ratios):+.1%} (rounds: {', '.join(f'{x:+.1%}' for x in ratios)})")
+    print(f"harness overhead, CPU: {extra_cpu * 1000:+.2f} ms per episode = {extra_cpu / bare_cpu:+.1%} of the bare "
+          f"loop's {bare_cpu * 1000:.2f} ms (client + server)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
