@@ -75,7 +75,7 @@ def test_missing_name_error_lists_the_known_names(clean_envs: None) -> None:
 def test_empty_registry_says_none_are_known() -> None:
     with pytest.raises(EnvNotFoundError, match="known schedulers: none"):
         Registry("scheduler")["multi_turn"]
-    with pytest.raises(EnvNotFoundError, match="known schedulers: gym, openenv, sudoku"):
+    with pytest.raises(EnvNotFoundError, match="known schedulers: coding, gym, openenv, sudoku"):
         schedulers["multi_turn"]
 
 
