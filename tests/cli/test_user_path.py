@@ -379,3 +379,14 @@ def test_19_report_plots_have_whole_ticks_visible_labels_and_no_twin_curves(fold
     assert list(ax.get_xticks()) == [0.0]
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert ".venv/bin" in readme.split("Your own environment, from an empty folder", 1)[1][:1500]
+
+
+def test_5_a_sudoku_row_under_the_openenv_scheduler_is_played_from_the_board_text(folder: Path) -> None:
+    row = {"messages": [{"role": "user", "content": "Play Sudoku."}], "env_config": {"name": "sudoku", "seed": 3}}
+    rows = _rows(folder / "rows.jsonl", [row])
+    played = envsdk("rollout", "--dataset", str(rows), "--scheduler", "openenv", "--max-turns", "3", "--no-progress",
+                    cwd=folder)
+    assert played.returncode == 0, played.stderr
+    [record] = _records(folder / "completions.jsonl")
+    assert record["status"] != "error", record["reason"]
+    assert "Sudoku Grid" in record["messages"][0]["content"] and not record["messages"][0]["content"].startswith("{")
