@@ -7,6 +7,8 @@ turns round by round on the same seeds, `--concurrency` episodes at a time, the 
 
 * **bare**: per episode an `EnvClient` resets (compact observation, shaped rubric: what the
   scheduler asks for) and steps the oracle's move until the game ends — nothing else;
+* **scheduler**: the same episodes through `run_batches` alone (the Sudoku scheduler and the
+  oracle reading the board from the model's text), no records, no run file, no summary;
 * **harness**: what ``envsdk rollout --rollouts-per-example 1`` runs after its pre-flight: the
   options parsed, `plan_run` tagging every rollout and writing the run file, the Sudoku
   scheduler (hints, shaped reward parts, messages), each record written to
@@ -16,8 +18,9 @@ Reported per arm: wall time per episode (the batch's wall time over its episodes
 harness adds to a run), each episode's own latency (p50, p99), and CPU time per episode in
 this process (client, scheduler, policy, records) and in the server process. The overhead is
 the harness's wall time per episode over the bare loop's (median over the rounds), and, less
-sensitive to other load on a shared machine, the extra CPU the harness spends per episode over
-the bare loop's whole CPU per episode (client + server).
+sensitive to other load on a shared machine, the extra CPU each arm spends per episode over the
+bare loop's whole CPU per episode (client + server); harness minus scheduler is what the
+evaluation layer itself (tagging, records, run file, pass@k summary) costs.
 """
 
 from __future__ import annotations
@@ -92,6 +95,14 @@ async def harness_round(url: str, episodes: int, seed: int, concurrency: int, ou
     return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(len(t.steps) for t in report.trajectories)
 
 
+async def scheduler_round(url: str, episodes: int, seed: int, concurrency: int) -> tuple[float, list[float], int]:
+    batch = Batch("sudoku", make_requests("sudoku", episodes, seed, url), SudokuOraclePolicy(), url)
+    started = time.perf_counter()
+    report = await run_batches([batch], concurrency=concurrency, progress=False)
+    elapsed = time.perf_counter() - started
+    return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(len(t.steps) for t in report.trajectories)
+
+
 def _row(name: str, walls: list[float], latencies: list[float], episodes: int, steps: int) -> str:
     per_episode = statistics.median(walls) / episodes * 1000
     return (f"| {name} | {per_episode:.2f} ms | {quantile(latencies, 0.5) * 1000:.0f} ms | "
@@ -121,20 +132,27 @@ def main() -> int:
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit("the Sudoku server did not start")
             time.sleep(0.2)
-        results: dict[str, tuple[list[float], list[float], int]] = {"bare": ([], [], 0), "harness": ([], [], 0)}
+        arms = ("bare", "scheduler", "harness")
+        results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []
-        cpu: dict[str, list[tuple[float, float]]] = {"bare": [], "harness": []}  # (this process, server) per round
+        cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}  # (this process, server) per round
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(bare_round(url, opts.concurrency, 10_000, opts.concurrency))  # warm-up
             for r in range(opts.rounds):
                 seed = 1000 * r
-                mark = (time.process_time(), _cpu_seconds(server.pid))
-                bare = asyncio.run(bare_round(url, opts.episodes, seed, opts.concurrency))
-                cpu["bare"].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
-                mark = (time.process_time(), _cpu_seconds(server.pid))
-                harness = asyncio.run(harness_round(url, opts.episodes, seed, opts.concurrency, Path(folder) / f"c{r}.jsonl"))
-                cpu["harness"].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
-                for name, (wall, lat, steps) in (("bare", bare), ("harness", harness)):
+                measured = {}
+                for name in arms:
+                    mark = (time.process_time(), _cpu_seconds(server.pid))
+                    if name == "bare":
+                        measured[name] = asyncio.run(bare_round(url, opts.episodes, seed, opts.concurrency))
+                    elif name == "scheduler":
+                        measured[name] = asyncio.run(scheduler_round(url, opts.episodes, seed, opts.concurrency))
+                    else:
+                        out = Path(folder) / f"c{r}.jsonl"
+                        measured[name] = asyncio.run(harness_round(url, opts.episodes, seed, opts.concurrency, out))
+                    cpu[name].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
+                bare, harness = measured["bare"], measured["harness"]
+                for name, (wall, lat, steps) in measured.items():
                     walls, lats, total = results[name]
                     walls.append(wall)
                     lats.extend(lat)
@@ -156,10 +174,11 @@ def main() -> int:
         mine, server_cpu = per_episode_cpu[name]
         print(_row(name, walls, lats, n, steps // opts.rounds) + f" {mine * 1000:.2f} ms | {server_cpu * 1000:.2f} ms |")
     bare_cpu = sum(per_episode_cpu["bare"])
-    extra_cpu = per_episode_cpu["harness"][0] - per_episode_cpu["bare"][0]
     print(f"\nharness overhead, wall time: {statistics.median(ratios):+.1%} (rounds: {', '.join(f'{x:+.1%}' for x in ratios)})")
-    print(f"harness overhead, CPU: {extra_cpu * 1000:+.2f} ms per episode = {extra_cpu / bare_cpu:+.1%} of the bare "
-          f"loop's {bare_cpu * 1000:.2f} ms (client + server)")
+    for name, over in (("scheduler", "bare"), ("harness", "bare"), ("harness", "scheduler")):
+        extra = per_episode_cpu[name][0] - per_episode_cpu[over][0]
+        print(f"CPU, {name} over {over}: {extra * 1000:+.2f} ms per episode = {extra / bare_cpu:+.1%} of the bare "
+              f"loop's {bare_cpu * 1000:.2f} ms (client + server)")
     return 0
 
 

@@ -11,16 +11,17 @@ import pytest
 
 from tests.cli.conftest import serve  # noqa: F401  (the fixture: servers started and stopped per test)
 
-#: An env with graded answers: ``question N`` for seed N; each step sleeps ``STEP_S`` (so a kill
+#: An env with graded answers: ``question N`` for seed N; each step sleeps ``$GRADED_STEP_S`` (so a kill
 #: can land mid-episode); after ``STEPS`` replies it ends with reward 1 and success when the
 #: last reply was "right", reward 0 otherwise.
 GRADED_ENV = """\
+import os
 import time
 from envsdk import Environment, Action, Observation, State
 from envsdk.server import create_app
 
 STEPS = 2
-STEP_S = 0.02
+STEP_S = float(os.environ.get("GRADED_STEP_S", "0.02"))
 
 class Answer(Action):
     message: str

@@ -47,7 +47,8 @@ def _kill_when(proc: subprocess.Popen[str], out: Path, after_lines: int, extra_s
 
 
 def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(workdir: Path, serve: ServeFn) -> None:
-    url = serve("graded:app", cwd=workdir)
+    # Steps slow enough (a run takes about a second) that a kill lands while episodes are in flight.
+    url = serve("graded:app", cwd=workdir, env={**user_env(), "GRADED_STEP_S": "0.15"})
     straight = envsdk(*_rollout_args(url, "straight.jsonl"), cwd=workdir)
     assert straight.returncode == 0, straight.stderr
     expected = {pair: comparable(r) for pair, r in by_pair(workdir / "straight.jsonl").items()}
@@ -57,14 +58,16 @@ def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(wor
     out = workdir / "killed.jsonl"
     attempts = 0
     for trial in range(10):
-        # Kill (SIGKILL, or Ctrl-C for every third) after a random number of records, a random
+        # Kill (SIGKILL, or Ctrl-C for every third) after a random number of new records, a random
         # moment later: before the first record, between records, or while one is being written.
         how = signal.SIGINT if trial % 3 == 2 else signal.SIGKILL
         args = _rollout_args(url, out.name) + (["--resume"] if trial else [])
         proc = subprocess.Popen([str(ENVSDK), *args], cwd=workdir, env=user_env(), text=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        had = _lines(out)
         try:
-            _kill_when(proc, out, rng.randrange(len(PAIRS)), rng.uniform(0, 0.15), how)
+            # after 0 to all-but-one of the records still missing
+            _kill_when(proc, out, had + rng.randrange(max(len(PAIRS) - had, 1)), rng.uniform(0, 0.15), how)
         finally:
             stop_process(proc)
         attempts += 1
