@@ -773,7 +773,7 @@ def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
             for url in [spec] if isinstance(spec, str) else spec if isinstance(spec, list) else []:
                 if url not in urls:
                     urls.append(url)
-    names = {}
+    names: dict[str, str] = {}
     if args.scheduler is None:
         # Only the runner's own choice of scheduler: a plugin's may play servers under other names.
         for batch in batches:
