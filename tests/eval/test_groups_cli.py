@@ -89,3 +89,30 @@ def test_groups_work_on_the_built_in_envs(tmp_path: Path, env_name: str) -> None
     assert sorted(pairs) == [(f"seed-{n}", i) for n in range(2) for i in range(3)]
     assert len(records(tmp_path / "completions.jsonl")) == 6
     assert "2 examples x 3 rollouts" in run.stdout
+
+
+def test_groups_work_on_a_textarena_server(tmp_path: Path, serve: ServeFn) -> None:
+    url = serve("--game-workers", "1", "--env-id", "2048-v0", cwd=tmp_path, module="servers.textarena")
+    run = envsdk(
+        "rollout", "--env", "TextArenaEnvironment", "--base-url", url, "--policy", "random", "--episodes", "2",
+        "--rollouts-per-example", "3", "--max-turns", "3", "--no-progress", cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    pairs = by_pair(tmp_path / "completions.jsonl")
+    assert sorted(pairs) == [(f"seed-{n}", i) for n in range(2) for i in range(3)]
+    assert all(r["status"] != "error" for r in pairs.values())
+    summary = json.loads((tmp_path / "completions.eval.json").read_text())
+    assert [g["n"] for g in summary["groups"]] == [3, 3]
+
+
+def test_groups_work_on_the_coding_server(tmp_path: Path, serve: ServeFn) -> None:
+    url = serve("--sandbox", "process", "--warm", "1", cwd=tmp_path, module="servers.coding")
+    run = envsdk(
+        "rollout", "--env", "CodingEnvironment", "--base-url", url, "--policy", "random", "--episodes", "2",
+        "--rollouts-per-example", "2", "--max-turns", "1", "--concurrency", "2", "--no-progress", cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    pairs = by_pair(tmp_path / "completions.jsonl")
+    assert sorted(pairs) == [(f"seed-{n}", i) for n in range(2) for i in range(2)]
+    assert all(r["status"] != "error" for r in pairs.values()), [r["reason"] for r in pairs.values()]
+    assert "2 examples x 2 rollouts" in run.stdout
