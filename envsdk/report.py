@@ -12,7 +12,7 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
   number): mean total reward (with min–max band), success rate and mean components per step;
 * ``report.html`` — a summary table, the groups of rollouts per example with their pass@k
   (`envsdk.evaluate`; a record without a group is a group of one), and the images above; the
-  command prints the pass@k table too.
+  command prints the pass@k table too (on stderr; stdout lists the files written).
 
 Given several files (``envsdk report before.jsonl after.jsonl``), it writes each file's report
 beside it (or into ``<out-dir>/<label>/``) and ``compare.png`` into the output folder (default:
@@ -455,7 +455,8 @@ def report_command(args: argparse.Namespace) -> int:
         return 2
     for report in reports:
         if report.groups is not None:
-            print(f"{report.html.parent}:\n{report.groups.render()}\n")
+            # On stderr: stdout lists only the files written, one a line, for scripts.
+            print(f"{report.html.parent}:\n{report.groups.render()}\n", file=sys.stderr)
         for path in report.plots.values():
             print(path)
         print(report.html)

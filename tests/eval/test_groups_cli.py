@@ -66,7 +66,8 @@ def test_rollouts_per_example_give_pass_at_k_of_hand_made_groups(workdir: Path, 
 
     report = envsdk("report", "completions.jsonl", cwd=workdir)
     assert report.returncode == 0, report.stderr
-    assert f"pass@2={sum(direct_pass_at_k(v, 2) for v in outcomes.values()) / 3:.3f}" in report.stdout
+    assert f"pass@2={sum(direct_pass_at_k(v, 2) for v in outcomes.values()) / 3:.3f}" in report.stderr
+    assert all((workdir / line).exists() for line in report.stdout.split()), report.stdout  # stdout: the files
     page = (workdir / "completions_report" / "report.html").read_text()
     assert "Groups and pass@k" in page and "<td>seed-0</td><td>5</td><td>2</td>" in page
 
