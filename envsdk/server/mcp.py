@@ -577,7 +577,7 @@ def _routed_tool(fn: Callable[..., Any], signature: inspect.Signature) -> Callab
         from fastmcp.exceptions import ToolError
 
         try:
-            return await session.call_env("tool", fn, (), kwargs)
+            return await env_call(session, fn, (), kwargs)
         except FrameError as exc:
             holder.fail(exc)
             # FastMCP logs a ToolError in one line; anything else with a rendered traceback, on the loop.
