@@ -67,8 +67,9 @@ __all__ = [
 
 #: The key of a record (and of a request's ``data_dict``) naming its example, rollout index, run and attempt.
 EVAL_KEY = "eval"
-# Options a resumed run may change: how it runs, not what it plays.
-_CHANGEABLE_ON_RESUME = frozenset({"concurrency", "no_progress", "base_url", "api_base", "external_plugins"})
+# Options a resumed run may change: how it runs, not what it plays (``out`` may be spelled another
+# way from another folder: it names the file being resumed).
+_CHANGEABLE_ON_RESUME = frozenset({"concurrency", "no_progress", "base_url", "api_base", "external_plugins", "out"})
 # Two rewards closer than this are the same reward (a group with only such rewards has no variance).
 _SAME_REWARD = 1e-9
 # The per-example rows printed in a summary; the report page lists them all.

@@ -872,7 +872,7 @@ def rollout_command(args: argparse.Namespace) -> int:
         if finished:
             print(summarize(finished, time.perf_counter() - started).render())
             if args.out:
-                print(f"\ntheir trajectories are in {args.out}")
+                print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` plays the rest")
         return 130
     print(report.summary.render())
     groups = finish_run(args.out)
