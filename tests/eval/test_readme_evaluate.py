@@ -13,7 +13,7 @@ import pytest
 
 from tests.cli.conftest import ENVSDK, REPO, user_env
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def _blocks() -> list[str]:
