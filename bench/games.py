@@ -12,7 +12,9 @@ servers.textarena``), both from this checkout, and OpenEnv's TextArena server (o
 ``--before DIR`` (a checkout of another commit, e.g. ``git worktree add DIR <commit>``) the two
 envsdk servers are measured from that checkout as well, alternating with this one's, so the
 cost of a change (here: game code moved from the event loop to the sessions' lanes) is read
-from one run. Each server is measured `--rounds` times; the median is reported.
+from one run. Each server is measured `--rounds` times; the medians are reported, of games/s
+and of the serving process's CPU time per game (user + system, from /proc; the figure that
+load from elsewhere on the machine disturbs least).
 
 ``moves``: every game that runs offline, reset with seed 1, then stepped once with each of a
 set of move shapes known to be slow to parse (``"[" * n``, ``"[ " * n``, ...) of `--chars`
@@ -35,7 +37,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.sudoku_bench import throughput
 from envsdk.testing import free_port, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,9 +50,16 @@ TWO_PLAYER_GAMES = (
 )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (its own, not its children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def server(kind: str, tree: Path) -> Iterator[str]:
-    """Start a server subprocess from checkout `tree`; yield its ws:// URL; stop it."""
+def server(kind: str, tree: Path) -> Iterator[tuple[str, int]]:
+    """Start a server subprocess from checkout `tree`; yield its ws:// URL and process id
+    (the serving process: game workers are its children); stop it."""
     port = free_port()
     common = ["--port", str(port), "--log-level", "warning"]
     if kind == "sudoku":
@@ -74,7 +82,7 @@ def server(kind: str, tree: Path) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the {kind} server of {tree} did not start") from None
                 time.sleep(0.1)
-        yield f"ws://127.0.0.1:{port}/ws"
+        yield f"ws://127.0.0.1:{port}/ws", proc.pid
     finally:
         stop_process(proc, 15)
 
@@ -84,27 +92,42 @@ def run_throughput(args: argparse.Namespace) -> None:
     if args.before:
         trees["before"] = Path(args.before).resolve()
     runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     print(f"cpus={os.cpu_count()} seconds={args.seconds} clients={args.clients} rounds={args.rounds}", flush=True)
-    for round_ in range(args.rounds):
+
+    def measure(name: str, kind: str, tree: Path) -> None:
+        with server(kind, tree) as (url, pid):
+            rate, seconds = asyncio.run(_timed(url, pid, args))
+        runs.setdefault(name, []).append(rate)
+        cpu.setdefault(name, []).append(seconds)
+        print(f"{name:18s} {rate:6.1f} games/s, server CPU {seconds * 1000:6.1f} ms/game", flush=True)
+
+    for _ in range(args.rounds):
         for kind in ("sudoku", "textarena"):
             for label, tree in trees.items():
-                with server(kind, tree) as url:
-                    rate = asyncio.run(throughput(url, args.seconds, args.clients, {}))
-                runs.setdefault(f"{kind} {label}", []).append(rate)
-                print(f"round {round_ + 1}: {kind:9s} {label:6s} {rate:6.1f} games/s", flush=True)
-        with server("openenv", REPO) as url:
-            rate = asyncio.run(throughput(url, args.seconds, args.clients, {}))
-        runs.setdefault("openenv", []).append(rate)
-        print(f"round {round_ + 1}: OpenEnv's TextArena server {rate:6.1f} games/s", flush=True)
+                measure(f"{kind} {label}", kind, tree)
+        measure("openenv", "openenv", REPO)
     theirs = statistics.median(runs["openenv"])
-    print("\nmedian games/s (Sudoku-v0, cumulative observations, solver moves):")
+    print("\nmedians (Sudoku-v0, cumulative observations, solver moves):")
     for name, rates in runs.items():
         rate = statistics.median(rates)
-        print(f"  {name:18s} {rate:6.1f}  ({rate / theirs:.2f}x OpenEnv)")
+        print(f"  {name:18s} {rate:6.1f} games/s ({rate / theirs:.2f}x OpenEnv), "
+              f"server CPU {statistics.median(cpu[name]) * 1000:6.1f} ms/game")
     if "before" in trees:
         for kind in ("sudoku", "textarena"):
-            before, after = statistics.median(runs[f"{kind} before"]), statistics.median(runs[f"{kind} after"])
-            print(f"  {kind}: after/before {after / before:.3f} (hand-off cost {100 * (1 - after / before):+.1f}%)")
+            before, after = statistics.median(cpu[f"{kind} before"]), statistics.median(cpu[f"{kind} after"])
+            print(f"  {kind}: server CPU per game after/before {after / before:.3f} ({100 * (after / before - 1):+.1f}%)")
+
+
+async def _timed(url: str, pid: int, args: argparse.Namespace) -> tuple[float, float]:
+    """Games/s over `args.seconds` and the server's CPU seconds per game meanwhile."""
+    from bench.sudoku_bench import play_games
+
+    await play_games(url, time.monotonic() + 1.0, {})  # warm-up, not counted
+    used, start = cpu_seconds(pid), time.monotonic()
+    counts = await asyncio.gather(*(play_games(url, start + args.seconds, {}) for _ in range(args.clients)))
+    games = sum(counts)
+    return games / (time.monotonic() - start), (cpu_seconds(pid) - used) / max(games, 1)
 
 
 def run_moves(args: argparse.Namespace) -> None:

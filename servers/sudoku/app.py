@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,6 +15,7 @@ from servers.sudoku.environment import (
     default_board_pool,
 )
 from servers.sudoku.models import SudokuAction, SudokuObservation, SudokuState
+from servers.textarena.environment import GAME_LANE_WAIT_S
 
 __all__ = ["create_sudoku_app"]
 
@@ -37,6 +39,8 @@ def create_sudoku_app(
         return SudokuEnvironment(env_id, board_pool=pool)
 
     server_options.setdefault("env_name", "SudokuEnvironment")
+    if "ENVSDK_LANE_WAIT_S" not in os.environ:  # see GAME_LANE_WAIT_S
+        server_options.setdefault("lane_wait_s", GAME_LANE_WAIT_S)
     return create_app(
         make_env, SudokuAction, SudokuObservation, state_type=SudokuState, **server_options
     )

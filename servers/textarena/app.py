@@ -10,7 +10,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from envsdk.server import create_app
-from servers.textarena.environment import DEFAULT_ENV_ID, MAX_PLAYERS, TextArenaEnvironment, check_env_id, check_int
+from servers.textarena.environment import (
+    DEFAULT_ENV_ID,
+    GAME_LANE_WAIT_S,
+    MAX_PLAYERS,
+    TextArenaEnvironment,
+    check_env_id,
+    check_int,
+)
 from servers.textarena.errors import TextArenaOptionError
 from servers.textarena.models import (
     TextArenaAction,
@@ -103,6 +110,8 @@ def create_textarena_app(
         )
 
     server_options.setdefault("env_name", "TextArenaEnvironment")
+    if "ENVSDK_LANE_WAIT_S" not in os.environ:
+        server_options.setdefault("lane_wait_s", GAME_LANE_WAIT_S)
     app = create_app(
         make_env, TextArenaAction, TextArenaObservation, state_type=TextArenaState, **server_options
     )

@@ -103,6 +103,7 @@ __all__ = [
     "MAX_EPISODE_MOVE_CHARS",
     "MAX_OPTION_CHARS",
     "RUNAWAY_GRACE_S",
+    "GAME_LANE_WAIT_S",
     "TextArenaOptionError",
     "GameRunaway",
     "GameStepStopped",
@@ -147,6 +148,13 @@ MAX_OPTION_CHARS = 256
 MAX_PLAYERS = 15
 #: A reset still running this long after its class deadline is stopped (`GameRunaway`).
 RUNAWAY_GRACE_S = 1.0
+#: The game servers' ``lane_wait_s`` unless ``ENVSDK_LANE_WAIT_S`` is set: the event loop waits
+#: (GIL released) for a game call on its lane when that kind of call has recently taken under a
+#: tenth of this. Game steps take 0.1-1 ms, so under the server's default (1 ms) they would be
+#: handed over the slow way, the loop woken for each reply: measured with ``python -m
+#: bench.games throughput``, that cost a Sudoku game about 30% more server CPU than when its
+#: steps ran on the loop. A call that turns slow costs the loop at most this, once.
+GAME_LANE_WAIT_S = 0.005
 
 
 def check_env_id(env_id: str) -> str:
