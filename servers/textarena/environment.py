@@ -201,7 +201,8 @@ def check_observation_form(value: Any) -> ObservationForm:
 
 
 def _game_name(env_id: str) -> str:
-    return ENV_REGISTRY[env_id].entry_point.rsplit(":", 1)[-1].removesuffix("Env")
+    entry_point: str = ENV_REGISTRY[env_id].entry_point
+    return entry_point.rsplit(":", 1)[-1].removesuffix("Env")
 
 
 def max_move_chars(env_id: str, configured: int | None = None) -> int:
@@ -325,7 +326,7 @@ class GameRandom:
 
     @contextmanager
     def lease(self) -> Iterator[None]:
-        _dispatch(random, random._inst, "python")  # type: ignore[attr-defined]
+        _dispatch(random, random._inst, "python")
         if self.numpy:
             numpy_random = _numpy_random()
             _dispatch(numpy_random, numpy_random.mtrand._rand, "numpy")
