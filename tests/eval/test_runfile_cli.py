@@ -26,7 +26,7 @@ seed = 4
 rollouts_per_example = 2
 max-turns = 5
 concurrency = 2
-env-config = {{ level = "easy", tags = ["a", "b"] }}
+env-config = {{ reset_kwargs = {{ level = "easy", tags = ["a", "b"] }} }}
 out = "from_file.jsonl"
 no-progress = true
 """,
@@ -37,18 +37,18 @@ no-progress = true
     by_hand = envsdk(
         "rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity", "--episodes", "3",
         "--seed", "4", "--rollouts-per-example", "2", "--max-turns", "5", "--concurrency", "2",
-        "--env-config", json.dumps({"level": "easy", "tags": ["a", "b"]}), "--out", "by_hand.jsonl", "--no-progress",
+        "--env-config", json.dumps({"reset_kwargs": {"level": "easy", "tags": ["a", "b"]}}), "--out", "by_hand.jsonl", "--no-progress",
         cwd=workdir,
     )
     assert by_hand.returncode == 0, by_hand.stderr
     a, b = by_pair(workdir / "from_file.jsonl"), by_pair(workdir / "by_hand.jsonl")
     assert sorted(a) == [(f"seed-{n}", i) for n in (4, 5, 6) for i in (0, 1)]
     assert {k: comparable(v) for k, v in a.items()} == {k: comparable(v) for k, v in b.items()}
-    assert a[("seed-4", 0)]["env_config"]["level"] == "easy"
+    assert a[("seed-4", 0)]["env_config"]["reset_kwargs"]["level"] == "easy"
 
     # The resolved options are written next to the records, and repeat the run exactly.
     written = read_run_file(workdir / "from_file.run.toml")
-    assert written["seed"] == 4 and written["rollouts-per-example"] == 2 and written["env-config"]["tags"] == ["a", "b"]
+    assert written["seed"] == 4 and written["rollouts-per-example"] == 2 and written["env-config"]["reset_kwargs"]["tags"] == ["a", "b"]
     assert isinstance(written["run"]["id"], str) and written["run"]["attempt"] == 1
     again = envsdk("rollout", "--config", "from_file.run.toml", "--out", "again.jsonl", cwd=workdir)
     assert again.returncode == 0, again.stderr
