@@ -14,7 +14,7 @@ re-reads it every ``PoolSettings.refresh_interval_s`` and right after a server c
 reached. A session on a replica that died is lost (the new process does not know it): its
 client raises `SessionLostError` and the scheduler records that episode as an error.
 
-Ray is an optional extra: ``pip install 'envsdk[ray]'``. Connect to a cluster with ``ray.init``
+Ray is an optional extra: ``pip install ray`` (or ``pip install -e '.[ray]'`` in the envsdk clone). Connect to a cluster with ``ray.init``
 (or ``ray.init(address="auto")``) before calling `start_replicas`; without that, Ray starts a
 local runtime.
 """
@@ -39,7 +39,7 @@ try:
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
 except ImportError as exc:  # pragma: no cover - depends on the optional extra
-    raise ImportError("envsdk.ray needs Ray: pip install 'envsdk[ray]'") from exc
+    raise ImportError("envsdk.ray needs Ray: pip install ray (or pip install -e '.[ray]' in the envsdk clone)") from exc
 
 __all__ = ["start_replicas", "RayReplicas", "ReplicaServer", "ReplicaStatus", "NODE_IP"]
 

@@ -20,7 +20,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "TransformersPolicy needs torch and transformers: pip install torch transformers"
-        " (or envsdk[train])"
+        " (or pip install -e '.[train]' in the envsdk clone)"
     ) from exc
 
 from envsdk.policies.base import FinishReason, Message, Policy, PolicyError, PolicyOutput

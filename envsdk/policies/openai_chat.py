@@ -20,7 +20,7 @@ from typing import Any
 try:
     import httpx
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("OpenAIChatPolicy needs httpx: pip install 'envsdk[openai]'") from exc
+    raise ImportError("OpenAIChatPolicy needs httpx: pip install httpx (or pip install -e '.[openai]' in the envsdk clone)") from exc
 
 from envsdk.policies.base import Message, Policy, PolicyError, PolicyOutput
 

@@ -19,7 +19,7 @@ from envsdk.schedulers.sudoku import SudokuScheduler
 try:
     from transformers import TrainerCallback
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("envsdk.integrations.trl needs TRL: pip install 'trl>=1.16' (or envsdk[train])") from exc
+    raise ImportError("envsdk.integrations.trl needs TRL: pip install 'trl>=1.16' (or pip install -e '.[train]' in the envsdk clone)") from exc
 
 from envsdk.integrations.trl._common import (
     EpisodeError,
