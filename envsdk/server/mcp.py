@@ -76,7 +76,7 @@ session is the creator's to close), as in OpenEnv. ``openenv/session/create`` se
 session's own socket answers that session's handle and makes it resumable, like the session
 handshake.
 
-Needs the ``fastmcp`` package (``pip install 'envsdk[mcp]'``) for tool environments only.
+Needs the ``fastmcp`` package (``pip install -e '.[mcp]'`` in the envsdk clone, or ``pip install fastmcp``) for tool environments only.
 """
 
 from __future__ import annotations
