@@ -59,7 +59,7 @@ from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
-    "RecordError", "check_record", "quantile", "stated_success",
+    "RecordError", "check_record", "quantile", "stated_success", "success_text",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -180,6 +180,16 @@ def quantile(values: Sequence[float], q: float) -> float:
     reward has a 0/1 p90, never an interpolated 0.5."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def success_text(successes: int, stated: int, episodes: int) -> str:
+    """How a success rate is reported (rollout summary, ``envsdk report``): `successes` over the
+    `stated` episodes that state success, with how many of the `episodes` do not; "n/a" when
+    none does (an unstated success is not a failure)."""
+    if not stated:
+        return "n/a (neither the env nor the scheduler states success)"
+    unstated = f"; {episodes - stated} not stated" if stated < episodes else ""
+    return f"{successes / stated:.1%} ({successes}/{stated}{unstated})"
 
 
 def episode_components(trajectory: Trajectory) -> dict[str, float]:

@@ -8,6 +8,8 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
 * ``components.png`` — the distribution of each reward component's episode value (the record's
   ``reward_components``; Sudoku: its five parts);
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
+  a success rate is over the episodes whose record states ``success`` (null: nobody stated it),
+  "n/a" when none does, as in the rollout summary;
 * ``training.png`` — only for files from training (records with a ``global_step`` or ``step``
   number): mean total reward (with min–max band), success rate and mean components per step;
 * ``report.html`` — a summary table, the groups of rollouts per example with their pass@k
@@ -38,7 +40,7 @@ from statistics import fmean
 from typing import Any
 
 from envsdk.evaluate import EvalError, EvalSummary, read_records, summarize_groups
-from envsdk.records import RecordError, check_record, quantile, read_jsonl
+from envsdk.records import RecordError, check_record, quantile, read_jsonl, success_text
 
 __all__ = [
     "ReportError",
@@ -47,6 +49,8 @@ __all__ = [
     "load_episodes",
     "write_report",
     "write_comparison",
+    "episodes_figure",
+    "comparison_figure",
     "add_report_parser",
     "report_command",
 ]
@@ -63,7 +67,8 @@ class Episode:
     """What the report reads of one trajectory record."""
 
     total_reward: float
-    success: bool
+    #: None where the record states no success (``null``): neither a success nor a failure.
+    success: bool | None
     status: str
     turns: int
     components: dict[str, float] = field(default_factory=dict)
@@ -94,12 +99,18 @@ def _episode(record: Any, where: str) -> Episode:
     turns = _number(checked.get("turns"))
     return Episode(
         total_reward=float(checked["total_reward"]),
-        success=bool(checked.get("success", False)),
+        success=success if isinstance(success := checked.get("success"), bool) else None,
         status=str(checked.get("status", "unknown")),
         turns=int(turns) if turns is not None else 0,
         components=components,
         training_step=step,
     )
+
+
+def _success(episodes: Sequence[Episode]) -> str:
+    """The success rate of `episodes` in words (`envsdk.records.success_text`)."""
+    stated = [e.success for e in episodes if e.success is not None]
+    return success_text(sum(stated), len(stated), len(episodes))
 
 
 def load_episodes(path: str | Path) -> list[Episode]:
@@ -174,7 +185,8 @@ def _plot_components(episodes: list[Episode], names: list[str], out: Path) -> No
     fig.savefig(out)
 
 
-def _plot_episodes(episodes: list[Episode], out: Path) -> None:
+def episodes_figure(episodes: list[Episode]) -> Any:
+    """How episodes ended (status counts, success rate in the title) and turns per episode."""
     from matplotlib.ticker import MaxNLocator
 
     fig = _figure(10.0, 3.6)
@@ -184,11 +196,7 @@ def _plot_episodes(episodes: list[Episode], out: Path) -> None:
     bars = status_ax.bar(names, [statuses[n] for n in names], color="#8a6fd1")
     status_ax.bar_label(bars)
     status_ax.margins(y=0.12)  # room for the count labels above the bars
-    successes = sum(e.success for e in episodes)
-    status_ax.set_title(
-        f"how episodes ended — success rate {successes / len(episodes):.1%} ({successes}/{len(episodes)})",
-        fontsize=10,
-    )
+    status_ax.set_title(f"how episodes ended — success rate {_success(episodes)}", fontsize=10)
     status_ax.set_ylabel("episodes")
     turns = [e.turns for e in episodes]
     edges = [t - 0.5 for t in range(min(turns), max(turns) + 2)]
@@ -199,7 +207,7 @@ def _plot_episodes(episodes: list[Episode], out: Path) -> None:
     turns_ax.set_ylabel("episodes")
     for ax in (status_ax, turns_ax):
         ax.grid(axis="y", alpha=0.3)
-    fig.savefig(out)
+    return fig
 
 
 def training_figure(episodes: list[Episode], names: list[str]) -> Any:
@@ -213,8 +221,10 @@ def training_figure(episodes: list[Episode], names: list[str]) -> Any:
         if e.training_step is not None:
             by_step[e.training_step].append(e)
     steps = sorted(by_step)
-    reward_is_success = all(e.total_reward == float(e.success) for e in episodes)
-    panels = 1 + (0 if reward_is_success else 1) + (1 if names else 0)
+    reward_is_success = all(e.success is not None and e.total_reward == float(e.success) for e in episodes)
+    # Success per step only where some episode states it: no curve of unknowns drawn as zeros.
+    success_curve = not reward_is_success and any(e.success is not None for e in episodes)
+    panels = 1 + (1 if success_curve else 0) + (1 if names else 0)
     fig = _figure(6.4, 2.8 * panels)
     axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     totals = [[e.total_reward for e in by_step[s]] for s in steps]
@@ -225,10 +235,11 @@ def training_figure(episodes: list[Episode], names: list[str]) -> Any:
         fontsize=10,
     )
     axes[0].legend(fontsize=8)
-    if not reward_is_success:
-        axes[1].plot(steps, [fmean(float(e.success) for e in by_step[s]) for s in steps], color="#12805c", marker="o", markersize=3)
+    if success_curve:
+        rated = [(s, fmean(stated)) for s in steps if (stated := [float(e.success) for e in by_step[s] if e.success is not None])]
+        axes[1].plot([p[0] for p in rated], [p[1] for p in rated], color="#12805c", marker="o", markersize=3)
         axes[1].set_ylim(-0.05, 1.05)
-        axes[1].set_title("success rate per training step", fontsize=10)
+        axes[1].set_title("success rate per training step (episodes that state it)", fontsize=10)
     if names:
         for name in names:
             points = [(s, fmean(vals)) for s in steps if (vals := [e.components[name] for e in by_step[s] if name in e.components])]
@@ -279,7 +290,6 @@ def _groups_html(groups: EvalSummary) -> str:
 def _html(
     source: Path, episodes: list[Episode], names: list[str], plots: dict[str, Path], groups: EvalSummary | None = None
 ) -> str:
-    successes = sum(e.success for e in episodes)
     statuses = ", ".join(f"{k}={v}" for k, v in sorted(Counter(e.status for e in episodes).items()))
     rows = [("total_reward", [e.total_reward for e in episodes])]
     rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
@@ -317,7 +327,7 @@ figcaption {{ color: #667085; }}
 <body>
 <h1>envsdk report</h1>
 <p><code>{html.escape(str(source))}</code></p>
-<p>episodes <b>{len(episodes)}</b> · success rate <b>{successes / len(episodes):.1%}</b> ({successes}/{len(episodes)})
+<p>episodes <b>{len(episodes)}</b> · success rate <b>{html.escape(_success(episodes))}</b>
  · statuses {html.escape(statuses)}</p>
 <table>
 <thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th><th>n</th></tr></thead>
@@ -347,7 +357,7 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         plots["components"] = folder / "components.png"
         _plot_components(episodes, names, plots["components"])
     plots["episodes"] = folder / "episodes.png"
-    _plot_episodes(episodes, plots["episodes"])
+    episodes_figure(episodes).savefig(plots["episodes"])
     if any(e.training_step is not None for e in episodes):
         plots["training"] = folder / "training.png"
         _plot_training(episodes, names, plots["training"])
@@ -367,41 +377,55 @@ def _label(path: Path) -> str:
     return path.parent.name if path.stem == "completions" and path.parent.name else path.stem
 
 
-def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
-    """Plot success rate and mean total reward of each file in `paths` side by side (error
-    bars: one standard error) into the PNG `out` (its folder is created). Returns `out`.
-    Raises `ReportError` for unreadable input (see `load_episodes`)."""
-    sources = [Path(p) for p in paths]
-    loaded = [(_label(p), load_episodes(p)) for p in sources]
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    labels = [label for label, _ in loaded]
-    fig = _figure(max(6.4, 1.6 * len(loaded) + 3.0), 3.6)
+def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
+    """Success rate and mean total reward of each labelled list of episodes side by side (error
+    bars: one standard error). A success rate is over the episodes that state success; a file
+    where none does gets no bar and the label "n/a", not a 0% bar."""
+    labels = [label for label, _ in labelled]
+    fig = _figure(max(6.4, 1.6 * len(labelled) + 3.0), 3.6)
     rate_ax, reward_ax = fig.subplots(1, 2)
-    rates, rate_errors, means, mean_errors = [], [], [], []
-    for _, episodes in loaded:
-        n = len(episodes)
-        rate = sum(e.success for e in episodes) / n
+    rates, rate_errors, rate_labels, stated_counts = [], [], [], []
+    means, mean_errors = [], []
+    for _, episodes in labelled:
+        stated = [e.success for e in episodes if e.success is not None]
+        stated_counts.append(len(stated))
+        rate = sum(stated) / len(stated) if stated else 0.0
         rates.append(rate)
-        rate_errors.append(math.sqrt(rate * (1 - rate) / n))
+        rate_errors.append(math.sqrt(rate * (1 - rate) / len(stated)) if stated else 0.0)
+        rate_labels.append(f"{rate:.2f}" if stated else "n/a")
+        n = len(episodes)
         rewards = [e.total_reward for e in episodes]
         mean = fmean(rewards)
         means.append(mean)
         mean_errors.append(math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1) / n))
     colors = ["#8a99b3", "#2f6fde", "#12805c", "#d98b2b", "#8a6fd1"]
-    for ax, values, errors, title in (
-        (rate_ax, rates, rate_errors, "success rate"),
-        (reward_ax, means, mean_errors, "mean total reward"),
+    rate_title = "success rate (± 1 s.e.), stated in " + ", ".join(
+        f"{k}/{len(e)}" for k, (_, e) in zip(stated_counts, labelled, strict=True)
+    )
+    reward_title = "mean total reward (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in labelled)
+    for ax, values, errors, texts, title in (
+        (rate_ax, rates, rate_errors, rate_labels, rate_title),
+        (reward_ax, means, mean_errors, [f"{v:.2f}" for v in means], reward_title),
     ):
         palette = [colors[i % len(colors)] for i in range(len(labels))]
         bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)
         # Above each bar (and its error bar), so that a 0.00 bar's label is not lost in the axis.
-        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], padding=4, color="#1d2330")
+        ax.bar_label(bars, labels=texts, padding=4, color="#1d2330")
         ax.margins(y=0.15)
-        ax.set_title(f"{title} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in loaded), fontsize=10)
+        ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     rate_ax.set_ylim(0, 1.2)  # room for a label above a bar at 1.0
-    fig.savefig(target)
+    return fig
+
+
+def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
+    """Plot success rate and mean total reward of each file in `paths` side by side
+    (`comparison_figure`) into the PNG `out` (its folder is created). Returns `out`.
+    Raises `ReportError` for unreadable input (see `load_episodes`)."""
+    loaded = [(_label(Path(p)), load_episodes(p)) for p in paths]
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    comparison_figure(loaded).savefig(target)
     return target
 
 

@@ -31,7 +31,7 @@ from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
-from envsdk.records import RecordForm, episode_components, quantile, read_jsonl
+from envsdk.records import RecordForm, episode_components, quantile, read_jsonl, success_text
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -136,11 +136,7 @@ class RolloutSummary:
         return "\n".join(lines)
 
     def _success_text(self) -> str:
-        judged = self.episodes if self.judged is None else self.judged
-        if not judged:
-            return "n/a (neither the env nor the scheduler states success)"
-        unjudged = f"; {self.episodes - judged} not stated" if judged < self.episodes else ""
-        return f"{self.success_rate:.1%} ({self.successes}/{judged}{unjudged})"
+        return success_text(self.successes, self.episodes if self.judged is None else self.judged, self.episodes)
 
 
 def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:

@@ -49,7 +49,7 @@ def test_report_command_writes_pngs_and_an_html_page_that_embeds_them(
     assert set(re.findall(r'<img src="([^"]+)"', page)) == names
     records = [json.loads(line) for line in completions.read_text(encoding="utf-8").splitlines()]
     successes = sum(r["success"] for r in records)
-    assert f"success rate <b>{successes / len(records):.1%}</b> ({successes}/{len(records)})" in page
+    assert f"success rate <b>{successes / len(records):.1%} ({successes}/{len(records)})</b>" in page
     for component in ("empty_cell", "valid_move", "repetition", "progress", "correct"):
         assert f"<td>{component}</td>" in page
 
@@ -95,3 +95,46 @@ def test_unusable_input_is_refused_with_file_and_line(tmp_path: Path, capsys: py
     assert "no records" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _stated(index: int, success: bool | None) -> dict[str, object]:
+    """A FrozenLake-shaped record whose success is `success` (None: nobody stated it)."""
+    return {
+        "schema": "envsdk.completions/1", "uuid": f"u{index}", "env": "frozen_lake", "seed": index,
+        "env_config": {}, "status": "done", "reason": None, "error_kind": None, "success": success, "turns": 2,
+        "total_reward": 1.0, "step_rewards": [0.0, 1.0], "reward_components": {}, "infos": {}, "messages": [],
+        "timings": {},
+    }
+
+
+def _write(path: Path, successes: list[bool | None]) -> Path:
+    path.write_text("".join(json.dumps(_stated(i, s)) + "\n" for i, s in enumerate(successes)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.timeout(90)
+def test_records_that_do_not_state_success_are_not_reported_as_failures(tmp_path: Path) -> None:
+    unstated = _write(tmp_path / "unstated.jsonl", [None, None, None])
+    assert [e.success for e in load_episodes(unstated)] == [None, None, None]
+    page = write_report(unstated).html.read_text(encoding="utf-8")
+    assert "success rate <b>n/a (neither the env nor the scheduler states success)</b>" in page
+    assert "success rate <b>0.0%" not in page
+    mixed = _write(tmp_path / "mixed.jsonl", [True, False, None, True])
+    page = write_report(mixed).html.read_text(encoding="utf-8")
+    assert "success rate <b>66.7% (2/3; 1 not stated)</b>" in page
+
+
+@pytest.mark.timeout(90)
+def test_plots_give_the_success_rate_over_the_episodes_that_state_it(tmp_path: Path) -> None:
+    from envsdk.report import comparison_figure, episodes_figure
+
+    unstated = load_episodes(_write(tmp_path / "unstated.jsonl", [None, None]))
+    mixed = load_episodes(_write(tmp_path / "mixed.jsonl", [True, None, False, None]))
+    assert "success rate n/a" in episodes_figure(unstated).axes[0].get_title()
+    assert "success rate 50.0% (1/2; 2 not stated)" in episodes_figure(mixed).axes[0].get_title()
+    rate_ax = comparison_figure([("unstated", unstated), ("mixed", mixed)]).axes[0]
+    labels = [t.get_text() for t in rate_ax.texts]
+    assert labels == ["n/a", "0.50"]
+    # The bar of a file that states nothing is not drawn as a 0% bar.
+    assert [bar.get_height() for bar in rate_ax.patches] == [0.0, 0.5]
+    assert rate_ax.get_title().endswith("stated in 0/2, 2/4")
