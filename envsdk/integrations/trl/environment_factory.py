@@ -235,8 +235,8 @@ class MessageToolEnvironment(EpisodeEnvironment):
         """Send one action to the environment.
 
         Args:
-            message: The action: a JSON object of the action's fields, or plain text (sent as the
-                action's message).
+            message: The action: a JSON object of the action's fields, or plain text for an
+                action with one field.
 
         Returns:
             The environment's next observation, or how the episode ended.
@@ -355,9 +355,17 @@ def openenv_environment_factory(
     environment_class: type[EpisodeEnvironment] = MessageToolEnvironment,
     **scheduler_kwargs: Any,
 ) -> EnvironmentFactory[Any]:
-    """An ``environment_factory`` for any envsdk or OpenEnv server, through `OpenEnvScheduler`
-    (tool ``act(message)``: a JSON object is the action, other text ``{"message": text}``).
-    The reward is the sum of the step rewards."""
+    """An ``environment_factory`` for any envsdk or OpenEnv server, through `OpenEnvScheduler`.
+
+    The model calls one tool, ``act(message)``; its text becomes the action by
+    `envsdk.formats.parse_reply` with the server's action schema (``GET /schema``): a JSON
+    object (a code fence around it is dropped) is the action; otherwise, when the action has a
+    single field, a string field gets the text and any other field the text read as JSON
+    (``"42"`` → ``{"guess": 42}``); with no schema the text goes to ``message``. A reply that
+    fits no field ends the episode with an error naming the action's fields, which TRL returns
+    to the model as the failed tool call's message. Observations come
+    back rendered by the scheduler's ``formatter`` (pass ``formatter="json"`` among
+    `scheduler_kwargs` for ms-swift's JSON dump). The reward is the sum of the step rewards."""
     scheduler = OpenEnvScheduler(base_url=base_url, reset_kwargs=reset_kwargs, max_turns=max_turns, **scheduler_kwargs)
     return EnvironmentFactory(environment_class, scheduler, call_timeout=call_timeout)
 
