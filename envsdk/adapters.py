@@ -15,6 +15,7 @@ So one scheduler code path covers local and remote environments of either shape.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 import urllib.request
@@ -28,6 +29,7 @@ from pydantic import Field, field_validator
 from envsdk.client import EnvClient, InProcessTransport
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EpisodeDoneError, NotResetError
+from envsdk.formats import ObservationFormatter, formatter_for, observation_json
 from envsdk.protocol import ErrorCode
 from envsdk.registry import envs
 from envsdk.rewards.parts import REWARD_COMPONENTS, components_from
@@ -197,11 +199,6 @@ def parse_action_text(text: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"message": text}
 
 
-def observation_json(observation: Any) -> str:
-    """ms-swift's default observation text: the observation body as JSON."""
-    return json.dumps(observation, ensure_ascii=False, default=str)
-
-
 def _http_url(base_url: str, path: str) -> str:
     parts = urlsplit(base_url.strip())
     scheme = {"ws": "http", "wss": "https"}.get(parts.scheme.lower(), parts.scheme.lower())
@@ -243,16 +240,30 @@ class RemoteEnv(Env):
     an `env_app` (the conversation is passed through and the remote Env's own text, info and
     system message come back), ``"action"`` for any other server (the latest reply becomes an
     action through `parse_action`, observations become text through `format_observation`),
-    or ``"auto"`` (default: read the server's ``/schema`` once).
+    or ``"auto"`` (default: read the server's ``/schema`` once); ``formatter``: how an
+    action-style server's observations become text, as in the schedulers: a name registered
+    in `envsdk.formats.formatters` (``"text"``, the default, `envsdk.formats.render_observation`
+    with the episode's previous observation; ``"json"``, ms-swift's JSON dump) or a
+    ``"module:function"`` spec. The ``formatter`` keyword (a name, spec or function
+    ``(observation, previous) -> str``) is the default a row's ``env_config["formatter"]``
+    overrides.
 
     Each `RemoteEnv` holds one session; ``close`` ends it. Steps after ``done`` raise
     `EpisodeDoneError` whatever the server does.
     """
 
-    CONFIG_KEYS = frozenset({"base_url", "reset_kwargs", "system_message", "mode"})
+    CONFIG_KEYS = frozenset({"base_url", "reset_kwargs", "system_message", "mode", "formatter"})
 
-    def __init__(self, env_config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, env_config: dict[str, Any] | None = None, *, formatter: str | ObservationFormatter | None = None
+    ) -> None:
         super().__init__(env_config)
+        self.formatter: ObservationFormatter = formatter_for(self.env_config.get("formatter", formatter))
+        # An override written to the one-argument signature, format_observation(observation),
+        # gets no `previous`.
+        self._format_takes_previous = "previous" in inspect.signature(self.format_observation).parameters
+        #: The observation the model read last in this episode (None before the first).
+        self._previous: dict[str, Any] | None = None
         self.base_url: str = str(self.env_config.get("base_url", "http://localhost:8000"))
         self.mode: str = str(self.env_config.get("mode", "auto"))
         if self.mode not in ("auto", "chat", "action"):
@@ -264,9 +275,19 @@ class RemoteEnv(Env):
         """The action for a reply (see `parse_action_text`); override to adapt."""
         return parse_action_text(text)
 
-    def format_observation(self, observation: Any) -> str:
-        """The text the model sees for an observation body (see `observation_json`)."""
-        return observation_json(observation)
+    def format_observation(self, observation: Any, previous: dict[str, Any] | None = None) -> str:
+        """The text the model sees for an observation body; `previous` is the one it read
+        before in this episode (None at reset). Default: the ``formatter``."""
+        return self.formatter(observation, previous)
+
+    def _observation_text(self, observation: Any) -> str:
+        text = (
+            self.format_observation(observation, self._previous)
+            if self._format_takes_previous
+            else self.format_observation(observation)
+        )
+        self._previous = observation if isinstance(observation, dict) else None
+        return text
 
     async def _detect_mode(self) -> str:
         if self.mode != "auto":
@@ -301,7 +322,8 @@ class RemoteEnv(Env):
             return str(body.get("text", "")), dict(body.get("info") or {}), body.get("system_message")
         result = await self.client.reset(**kwargs)
         info = {"observation": result.observation, "metadata": result.metadata}
-        return self.format_observation(result.observation), info, self.env_config.get("system_message")
+        self._previous = None
+        return self._observation_text(result.observation), info, self.env_config.get("system_message")
 
     async def step(self, messages: list[dict[str, Any]]) -> tuple[str, float, bool, dict[str, Any]]:
         if self.client is None:
@@ -318,7 +340,7 @@ class RemoteEnv(Env):
         else:
             reply = str(messages[-1].get("content", "")) if messages else ""
             result = await self.client.step(self.parse_action(reply))
-            text = self.format_observation(result.observation)
+            text = self._observation_text(result.observation)
             info = {"observation": result.observation, "metadata": result.metadata}
             parts = components_from(result.metadata)
             if parts is not None:

@@ -4,6 +4,7 @@ the same episode gives the same observations and rewards whichever way it travel
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, ClassVar
 
 import pytest
@@ -155,7 +156,8 @@ def test_remote_env_speaks_actions_to_a_plain_environment_server() -> None:
         observation, info, system = await env.reset(RolloutRequest())
         assert env.mode == "action"
         assert system == "Say something."
-        assert '"echoed_message": "ready"' in observation and info["observation"]["echoed_message"] == "ready"
+        # The model reads the observation's text (envsdk.formats.render_observation), not a JSON dump.
+        assert observation == "ready" and info["observation"]["echoed_message"] == "ready"
         steps = []
         for reply in ('```json\n{"message": "fenced"}\n```', "plain words", "done"):
             steps.append(await env.step([{"role": "assistant", "content": reply}]))
@@ -170,7 +172,33 @@ def test_remote_env_speaks_actions_to_a_plain_environment_server() -> None:
     echoed = [s[3]["observation"]["echoed_message"] for s in steps]
     assert echoed == ["fenced", "plain words", "done"]
     assert [(s[1], s[2]) for s in steps] == [(0.6, False), (1.1, False), (0.4, True)]
-    assert all(isinstance(s[0], str) and s[0].startswith("{") for s in steps)
+    assert [s[0] for s in steps] == ["fenced", "plain words", "done"]
+
+
+@pytest.mark.timeout(30)
+def test_remote_env_formatter_is_chosen_like_the_schedulers_and_reads_the_previous_observation() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def recording(observation: dict[str, Any], previous: dict[str, Any] | None) -> str:
+        seen.append((observation["echoed_message"], previous["echoed_message"] if previous else None))
+        return f"<{observation['echoed_message']}>"
+
+    async def texts(env: RemoteEnv) -> list[str]:
+        first, _, _ = await env.reset(RolloutRequest())
+        steps = [await env.step([{"role": "assistant", "content": m}]) for m in ("a", "b")]
+        # A new episode starts with no previous observation.
+        again, _, _ = await env.reset(RolloutRequest())
+        await env.close()
+        return [first, *(s[0] for s in steps), again]
+
+    with running_server(create_app(EchoEnvironment, EchoAction, EchoObservation)) as url:
+        assert asyncio.run(texts(RemoteEnv({"base_url": url}, formatter=recording))) == ["<ready>", "<a>", "<b>", "<ready>"]
+        dumped = asyncio.run(texts(RemoteEnv({"base_url": url, "formatter": "json"})))
+        # The row's env_config["formatter"] wins over the keyword, as in the schedulers.
+        row_wins = asyncio.run(texts(RemoteEnv({"base_url": url, "formatter": "text"}, formatter="json")))
+    assert seen == [("ready", None), ("a", "ready"), ("b", "a"), ("ready", None)]
+    assert [json.loads(t)["echoed_message"] for t in dumped] == ["ready", "a", "b", "ready"]
+    assert row_wins == ["ready", "a", "b", "ready"]
 
 
 @pytest.mark.parametrize(
@@ -198,7 +226,10 @@ def test_remote_env_parse_and_format_are_overridable() -> None:
     env = Custom({"base_url": "http://127.0.0.1:1", "mode": "action"})
     assert env.parse_action("x") == {"message": "X"}
     assert env.format_observation({"prompt": "p"}) == "p"
-    assert RemoteEnv().format_observation({"t": "é", "n": {1}}) == '{"t": "é", "n": "{1}"}'
+    assert RemoteEnv().format_observation({"t": "é", "n": {1}}) == "é"
+    assert RemoteEnv({"formatter": "json"}).format_observation({"t": "é", "n": {1}}) == '{"t": "é", "n": "{1}"}'
+    with pytest.raises(KeyError, match="json"):
+        RemoteEnv({"formatter": "yaml"})
     with pytest.raises(ValueError, match="mode"):
         RemoteEnv({"mode": "telepathy"})
 
@@ -249,5 +280,5 @@ def test_remote_env_plays_an_openenv_server() -> None:
     app = openenv_create_app(ShoutEnvironment, ShoutAction, ShoutObservation, max_concurrent_envs=2)
     with running_server(app) as url:
         observation, steps = asyncio.run(episode(url))
-    assert '"shout": "seed 9"' in observation
+    assert observation == "seed 9"
     assert [(s[3]["observation"]["shout"], s[1], s[2]) for s in steps] == [("HI", 0.0, False), ("BYE", 1.0, True)]
