@@ -27,14 +27,13 @@ import math
 import os
 import secrets
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from envsdk.env import RolloutRequest
-from envsdk.records import RecordError, check_record
+from envsdk.records import RecordError, check_record, read_jsonl_lines, write_atomically
 from envsdk.runfile import (
     RUN_TABLE,
     RunFileError,
@@ -261,36 +260,13 @@ def recover_torn_tail(path: Path) -> int:
 def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """The records of a completions file with their raw lines; `EvalError` names a line that is
     not a record (only a torn last line is repaired, by `recover_torn_tail`, never a middle one)."""
-    source = Path(path)
-    if not source.is_file():
-        raise EvalError(f"{source}: no such file")
     found: list[tuple[str, dict[str, Any]]] = []
-    with source.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}:{number}"
-            try:
-                record = check_record(json.loads(line), where)
-            except json.JSONDecodeError as exc:
-                raise EvalError(f"{where}: not JSON ({exc.msg}); only a torn last line is repaired") from None
-            except RecordError as exc:
-                raise EvalError(str(exc)) from None
-            found.append((line if line.endswith("\n") else line + "\n", record))
+    for where, line, value in read_jsonl_lines(path, EvalError, "; only a torn last line is repaired"):
+        try:
+            found.append((line, check_record(value, where)))
+        except RecordError as exc:
+            raise EvalError(str(exc)) from None
     return found
-
-
-def _replace_atomically(path: Path, lines: Sequence[str]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.writelines(lines)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
@@ -316,7 +292,7 @@ def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
             aside.writelines(moved)
             aside.flush()
             os.fsync(aside.fileno())
-        _replace_atomically(path, kept)
+        write_atomically(path, "".join(kept))
     return done, len(moved)
 
 
@@ -495,7 +471,7 @@ def finish_run(out: str | Path | None) -> str | None:
     if not records:
         return None
     summary = summarize_groups(records)
-    _replace_atomically(summary_path(out), [json.dumps(summary.to_dict(), indent=1) + "\n"])
+    write_atomically(summary_path(out), json.dumps(summary.to_dict(), indent=1) + "\n")
     return summary.render()
 
 
@@ -603,7 +579,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2
     target.parent.mkdir(parents=True, exist_ok=True)
-    _replace_atomically(target, [json.dumps(r, ensure_ascii=False) + "\n" for r in records])
+    write_atomically(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     print(summary.render())
     print(f"\nre-scored records written to {target}")
     return 0

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,6 +284,13 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
 def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """The JSON value of each non-blank line of `path`, with where it is (``file:line``).
     Raises `error` naming the file for a missing file, and the line for a line that is not JSON."""
+    for where, _, value in read_jsonl_lines(path, error):
+        yield where, value
+
+
+def read_jsonl_lines(path: str | Path, error: type[Exception], hint: str = "") -> Iterator[tuple[str, str, Any]]:
+    """`read_jsonl` that also gives each line as read (ending in a newline), for a caller that
+    writes lines back unchanged; `hint` is added to the error for a line that is not JSON."""
     source = Path(path)
     if not source.is_file():
         raise error(f"{source}: no such file")
@@ -291,6 +300,22 @@ def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, 
                 continue
             where = f"{source}:{number}"
             try:
-                yield where, json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise error(f"{where}: not JSON ({exc.msg})") from None
+                raise error(f"{where}: not JSON ({exc.msg}){hint}") from None
+            yield where, line if line.endswith("\n") else line + "\n", value
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader sees the old file or the new one, never part
+    of one: the text goes to a synced temporary file beside it, which is renamed over it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

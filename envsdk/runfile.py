@@ -14,12 +14,12 @@ import argparse
 import difflib
 import json
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from envsdk.records import write_atomically
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -168,14 +168,5 @@ def write_run_file(
     lines += ["", f"[{RUN_TABLE}]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(target, "\n".join(lines) + "\n")
     return target
