@@ -32,12 +32,11 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from envsdk.testing import free_port, stop_process
+from envsdk.testing import free_port, stop_process, wait_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,15 +72,7 @@ def server(kind: str, tree: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "PYTHONPATH": str(tree), "MAX_CONCURRENT_ENVS": "64", "SUDOKU_BOARD_WORKERS": "1"}
     proc = subprocess.Popen(cmd, env=env, cwd=tree)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the {kind} server of {tree} did not start") from None
-                time.sleep(0.1)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", 90, f"the {kind} server of {tree}")
         yield f"ws://127.0.0.1:{port}/ws", proc.pid
     finally:
         stop_process(proc, 15)

@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import websockets
 
 from envsdk.games.sudoku import parse_board, solve
-from envsdk.testing import free_port, stop_process
+from envsdk.testing import free_port, stop_process, wait_healthy
 
 _SEEDS = itertools.count(1_000_000)
 
@@ -51,15 +50,7 @@ def server_process(kind: str, extra_env: dict[str, str] | None = None) -> Iterat
     env = {**os.environ, "MAX_CONCURRENT_ENVS": "64", **(extra_env or {})}
     proc = subprocess.Popen(cmd, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind} server did not start") from None
-                time.sleep(0.1)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", 60, f"{kind} server")
         yield f"ws://127.0.0.1:{port}/ws"
     finally:
         stop_process(proc, 15)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from envsdk.types import Action, Observation, State
 __all__ = [
     "free_port",
     "stop_process",
+    "wait_healthy",
     "running_server",
     "EchoAction",
     "EchoObservation",
@@ -48,6 +50,20 @@ def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0, sig: int 
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait(5)
+
+
+def wait_healthy(proc: subprocess.Popen[Any], base_url: str, timeout_s: float, what: str) -> None:
+    """Poll ``base_url/health`` until the server started as `proc` answers. Raises
+    ``RuntimeError("<what> did not start")`` once `proc` has exited or `timeout_s` have passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"{base_url}/health", timeout=1).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
