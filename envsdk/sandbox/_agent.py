@@ -82,6 +82,8 @@ def _limit_child(cpu_hard=None):
     os.nice(10)
 
 
+# The /proc walk here and in `_descendants` repeats `envsdk.sandbox.base.process_tree` on
+# purpose: this file runs alone in the sandbox's interpreter and cannot import envsdk.
 def _children_map():
     children = {}
     for name in os.listdir("/proc"):
