@@ -54,8 +54,6 @@ from servers.sudoku.rubric import SUDOKU_RUBRICS, SudokuRubric
 from servers.textarena.environment import (
     MAX_OPTION_CHARS,
     WATCHDOG,
-    GameRunaway,
-    GameStepStopped,
     TextArenaEnvironment,
     _limit,
     convert_messages,
@@ -291,13 +289,7 @@ class SudokuEnvironment(TextArenaEnvironment):
                 f"Episode {self._state.episode_id} is over; call reset to start a new one",
                 code=ErrorCode.EPISODE_DONE.value,
             )
-        limit_s = type(self).step_limit_s
-        try:
-            with WATCHDOG.limit(limit_s, f"{self._state.env_id} step"):
-                return self._play_move(action)
-        except GameRunaway:
-            self._game = None  # stopped mid-step: nothing of this episode can be trusted
-            raise GameStepStopped(self._state.env_id, limit_s) from None
+        return self._limited_step(lambda: self._play_move(action))
 
     def _play_move(self, action: SudokuAction) -> SudokuObservation:
         game_state = self._base.state

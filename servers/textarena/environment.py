@@ -69,10 +69,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, TypeVar, get_args
 
 import textarena as ta
 from textarena.core import ObservationWrapper, Wrapper
@@ -355,6 +355,9 @@ def draws_from_numpy(game_class: Any) -> bool:
 
 
 # ------------------------------------------------------------------ runaway calls
+
+
+_Step = TypeVar("_Step")  # what a game step returns: a subclass's own observation type
 
 
 class GameRunaway(Exception):
@@ -702,10 +705,15 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
                 max_episode_move_chars=MAX_EPISODE_MOVE_CHARS,
             )
         self._episode_chars += len(message)
+        return self._limited_step(lambda: self._play(message))
+
+    def _limited_step(self, play: Callable[[], _Step]) -> _Step:
+        """Run one game step under the watchdog's `step_limit_s`; a step stopped there ends the
+        episode with `GameStepStopped`."""
         limit_s = type(self).step_limit_s
         try:
             with WATCHDOG.limit(limit_s, f"{self._state.env_id} step"):
-                return self._play(message)
+                return play()
         except GameRunaway:
             self._game = None  # stopped mid-step: nothing of this episode can be trusted
             raise GameStepStopped(self._state.env_id, limit_s) from None
