@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from envsdk.registry import envs
+from envsdk.testing import running_server
 
 
 @pytest.fixture
@@ -20,3 +21,17 @@ def clean_envs() -> Iterator[None]:
     for module in set(sys.modules) - modules:
         if module.startswith("envsdk_plugin_"):
             del sys.modules[module]
+
+
+@pytest.fixture(scope="module")
+def textarena_url() -> Iterator[str]:
+    """A real TextArena server of GuessTheNumber-v0 (offline, one game worker) for a module's tests."""
+    from servers.textarena.app import create_textarena_app
+    from servers.textarena.pool import GamePool
+
+    pool = GamePool(workers=1)
+    try:
+        with running_server(create_textarena_app("GuessTheNumber-v0", game_pool=pool, max_concurrent_envs=8)) as url:
+            yield url
+    finally:
+        pool.shutdown()

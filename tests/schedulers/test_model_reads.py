@@ -22,19 +22,6 @@ pytestmark = pytest.mark.timeout(120)
 INSTRUCTIONS = "You are playing Guess The Number"
 
 
-@pytest.fixture(scope="module")
-def textarena_url() -> Iterator[str]:
-    from servers.textarena.app import create_textarena_app
-    from servers.textarena.pool import GamePool
-
-    pool = GamePool(workers=1)
-    try:
-        with running_server(create_textarena_app("GuessTheNumber-v0", game_pool=pool, max_concurrent_envs=8)) as url:
-            yield url
-    finally:
-        pool.shutdown()
-
-
 class GuessAction(Action):
     guess: int
 

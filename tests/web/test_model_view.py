@@ -5,7 +5,6 @@ browser: tests/web/test_browser.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +13,6 @@ import pytest
 from envsdk.client import EnvClient
 from envsdk.env import RolloutRequest
 from envsdk.schedulers import OpenEnvScheduler
-from envsdk.testing import running_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,19 +26,6 @@ class Replies:
     async def act(self, messages: list[dict[str, Any]]) -> str:
         self.turn += 1
         return REPLIES[self.turn - 1]
-
-
-@pytest.fixture(scope="module")
-def textarena_url() -> Iterator[str]:
-    from servers.textarena.app import create_textarena_app
-    from servers.textarena.pool import GamePool
-
-    pool = GamePool(workers=1)
-    try:
-        with running_server(create_textarena_app("GuessTheNumber-v0", game_pool=pool, max_concurrent_envs=8)) as url:
-            yield url
-    finally:
-        pool.shutdown()
 
 
 async def test_the_page_shows_exactly_what_the_scheduler_gives_the_model(textarena_url: str) -> None:
