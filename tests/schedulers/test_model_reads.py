@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from envsdk.env import Environment, RolloutRequest
+from envsdk.env import RolloutRequest
 from envsdk.schedulers import OpenEnvScheduler
 from envsdk.server import create_app
 from envsdk.testing import running_server
-from envsdk.types import Action, Observation, State
+from tests.server.envs import GuessAction, GuessObservation, NumberGuessEnv
 
 from .policies import ScriptedPolicy
 
@@ -22,38 +22,9 @@ pytestmark = pytest.mark.timeout(120)
 INSTRUCTIONS = "You are playing Guess The Number"
 
 
-class GuessAction(Action):
-    guess: int
-
-
-class GuessObservation(Observation):
-    text: str = ""
-
-
-class GuessEnv(Environment[GuessAction, GuessObservation, State]):
-    """Say a number; the observation repeats it. Done after three guesses."""
-
-    INLINE_SYNC = True
-
-    def __init__(self) -> None:
-        self._state = State()
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
-        self._state = State(episode_id=episode_id or "e")
-        return GuessObservation(text="Guess a number from 1 to 9.")
-
-    def step(self, action: GuessAction) -> GuessObservation:
-        self._state.step_count += 1
-        return GuessObservation(text=f"you said {action.guess}", done=self._state.step_count >= 3, reward=0.0)
-
-    @property
-    def state(self) -> State:
-        return self._state
-
-
 @pytest.fixture(scope="module")
 def guess_url() -> Iterator[str]:
-    with running_server(create_app(GuessEnv, GuessAction, GuessObservation, max_concurrent_envs=8)) as url:
+    with running_server(create_app(NumberGuessEnv, GuessAction, GuessObservation, max_concurrent_envs=8)) as url:
         yield url
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from envsdk.env import Environment
 from envsdk.testing import EchoAction, EchoObservation
-from envsdk.types import State
+from envsdk.types import Action, Observation, State
 
 
 class StrictResetEnvironment(Environment[EchoAction, EchoObservation, State]):
@@ -160,6 +160,35 @@ class BlockingAsyncEnvironment(Environment[EchoAction, EchoObservation, State]):
             await asyncio.sleep(float(seconds))
         self._state.step_count += 1
         return EchoObservation(echoed_message=action.message)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+class GuessAction(Action):
+    guess: int
+
+
+class GuessObservation(Observation):
+    text: str = ""
+
+
+class NumberGuessEnv(Environment[GuessAction, GuessObservation, State]):
+    """A typed action (``guess: int``); the observation repeats it. Done after three guesses."""
+
+    INLINE_SYNC = True
+
+    def __init__(self) -> None:
+        self._state = State()
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
+        self._state = State(episode_id=episode_id or "e")
+        return GuessObservation(text="Guess a number from 1 to 9.")
+
+    def step(self, action: GuessAction) -> GuessObservation:
+        self._state.step_count += 1
+        return GuessObservation(text=f"you said {action.guess}", done=self._state.step_count >= 3, reward=0.0)
 
     @property
     def state(self) -> State:

@@ -15,11 +15,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from envsdk.env import Environment
 from envsdk.games.sudoku import count_filled, solve
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
-from envsdk.types import Action, Observation, State
+from tests.server.envs import GuessAction, GuessObservation, NumberGuessEnv
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 
@@ -181,36 +180,9 @@ def test_page_shows_a_tool_picker_and_calls_a_tool_of_a_tool_env(browser: WebDri
         wait.until(lambda d: _idle(d) and _text(d, "reward") == "1")
 
 
-class GuessAction(Action):
-    guess: int
-
-
-class GuessObservation(Observation):
-    text: str = ""
-
-
-class GuessEnv(Environment[GuessAction, GuessObservation, State]):
-    INLINE_SYNC = True
-
-    def __init__(self) -> None:
-        self._state = State()
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
-        self._state = State(episode_id=episode_id or "e")
-        return GuessObservation(text="Guess a number.")
-
-    def step(self, action: GuessAction) -> GuessObservation:
-        self._state.step_count += 1
-        return GuessObservation(text=f"you said {action.guess}")
-
-    @property
-    def state(self) -> State:
-        return self._state
-
-
 @pytest.mark.timeout(90)
 def test_page_builds_an_action_form_from_a_typed_action(browser: WebDriver) -> None:
-    with running_server(create_app(GuessEnv, GuessAction, GuessObservation)) as url:
+    with running_server(create_app(NumberGuessEnv, GuessAction, GuessObservation)) as url:
         browser.get(f"{url}/web")
         wait = WebDriverWait(browser, 20)
         wait.until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
