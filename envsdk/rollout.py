@@ -374,6 +374,7 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
     from envsdk.testing import running_server
 
     capacity = max(concurrency, 1)
+    stop_after = contextlib.ExitStack()
     if env in _SERVED_HERE:
         from envsdk.env import step_types
         from envsdk.server import create_app
@@ -390,10 +391,14 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
 
         app = create_coding_app(max_concurrent_envs=capacity, warm=capacity)
     else:
-        from servers.sudoku.app import create_sudoku_app
+        from servers.sudoku.app import BoardPool, create_sudoku_app
 
-        app = create_sudoku_app(max_concurrent_envs=capacity)
-    with running_server(app) as url:
+        # The run's own board workers, stopped with its server: the process-wide pool's would
+        # still be starting a replacement worker as the interpreter exits.
+        boards = BoardPool()
+        stop_after.callback(boards.shutdown)
+        app = create_sudoku_app(max_concurrent_envs=capacity, board_pool=boards)
+    with stop_after, running_server(app) as url:
         yield url
 
 

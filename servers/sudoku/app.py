@@ -17,7 +17,7 @@ from servers.sudoku.environment import (
 from servers.sudoku.models import SudokuAction, SudokuObservation, SudokuState
 from servers.textarena.environment import GAME_LANE_WAIT_S
 
-__all__ = ["create_sudoku_app"]
+__all__ = ["BoardPool", "create_sudoku_app"]
 
 
 def create_sudoku_app(
