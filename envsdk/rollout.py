@@ -877,7 +877,9 @@ def rollout_command(args: argparse.Namespace) -> int:
         return 130
     print(report.summary.render())
     groups = finish_run(args.out)
-    if groups is not None:
+    # A table of one-rollout groups says nothing the summary above did not (every such group
+    # has zero variance); it is printed once there are groups or earlier attempts to sum up.
+    if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
         print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
     if args.out:
         print(f"\ntrajectories written to {args.out}")
