@@ -15,6 +15,7 @@ pip=(.venv-swift/bin/python -m pip install --quiet --disable-pip-version-check)
 # torch first and pinned, so that ms-swift does not resolve a multi-GB CUDA build.
 .venv-swift/bin/python -c "import torch" >/dev/null 2>&1 || "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" "ms-swift==4.6.0"
-"${pip[@]}" -e ".[mcp]" "pytest>=8" "pytest-timeout>=2.3" "pytest-asyncio>=0.24"
+# mcp: the envsdk_tools plugin; coding: HumanEval for the envsdk_coding plugin's server.
+"${pip[@]}" -e ".[mcp,coding]" "pytest>=8" "pytest-timeout>=2.3" "pytest-asyncio>=0.24"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec .venv-swift/bin/python -m pytest tests_swift -q -p no:cacheprovider

@@ -1,5 +1,5 @@
 """Fixtures for the ms-swift plugin tests: the plugins loaded the way ``--external_plugins``
-loads them, a real envsdk Sudoku server on 127.0.0.1, and a locally trained tokenizer."""
+loads them, real envsdk Sudoku and coding servers on 127.0.0.1, and a locally trained tokenizer."""
 
 from __future__ import annotations
 
@@ -35,6 +35,14 @@ def frozen_lake_plugin() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def coding_plugin() -> ModuleType:
+    from swift.utils import import_external_file
+
+    module: ModuleType = import_external_file(str(EXAMPLES.parent / "coding_swift_plugin.py"))
+    return module
+
+
+@pytest.fixture(scope="session")
 def tokenizer() -> Any:
     from envsdk.tiny_model import build_tiny_tokenizer
 
@@ -52,6 +60,19 @@ def sudoku_url() -> Iterator[str]:
             yield url
     finally:
         pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def coding_url() -> Iterator[str]:
+    from servers.coding import create_coding_app
+
+    # provider "auto": bubblewrap where `bwrap` is installed, else the plain-process provider.
+    app = create_coding_app(provider="auto", warm=2, max_concurrent_envs=8)
+    try:
+        with running_server(app) as url:
+            yield url
+    finally:
+        app.state.envsdk_sandbox_pool.close()
 
 
 def active_sessions(url: str) -> int:
