@@ -21,9 +21,16 @@ __all__ = [
 
 Board = list[list[int]]
 
-_ROW_RE = re.compile(r"^R([1-9])\s+(.*)$")
+# A board row: ``R`` and its number, white space, then exactly nine cells (a digit or ``.``) among
+# any other characters; one match reads the whole row.
+_ROW_RE = re.compile(r"R([1-9])\s+" + r"[^1-9.]*([1-9.])" * 9 + r"[^1-9.]*")
 MOVE_RE = re.compile(r"\[(\d+)\s(\d+)\s(\d+)\]")
 _INT_RE = re.compile(r"\d+")
+_CELL_VALUE = {".": 0, **{str(d): d for d in range(1, 10)}}
+_DIGITS = set(range(1, 10))
+_HEADER = "   C1 C2 C3   C4 C5 C6   C7 C8 C9  "
+_ROW_FORMAT = "R{}  {}  {}  {} |  {}  {}  {} |  {}  {}  {}"
+_SEPARATOR = "   - - - - - - - - - - - - - - - - "
 
 
 def parse_board(text: str) -> Board | None:
@@ -31,13 +38,11 @@ def parse_board(text: str) -> Board | None:
     rows: dict[int, list[int]] = {}
     last_complete: Board | None = None
     for line in text.splitlines():
-        match = _ROW_RE.match(line.strip())
+        match = _ROW_RE.fullmatch(line.strip())
         if not match:
             continue
         idx = int(match.group(1))
-        cells = [0 if tok == "." else int(tok) for tok in re.findall(r"[1-9.]", match.group(2))]
-        if len(cells) != 9:
-            continue
+        cells = [_CELL_VALUE[tok] for tok in match.groups()[1:]]
         if idx == 1:
             rows = {}
         rows[idx] = cells
@@ -48,27 +53,30 @@ def parse_board(text: str) -> Board | None:
 
 def render_board(board: Board) -> str:
     """TextArena's rendering: a column header, ``R1  4  8  . |  9 …`` rows and separators."""
-    lines = ["   C1 C2 C3   C4 C5 C6   C7 C8 C9  "]
+    lines = [_HEADER]
     for r in range(9):
-        cells = [str(v) if v else "." for v in board[r]]
-        groups = ["  ".join(cells[i : i + 3]) for i in (0, 3, 6)]
-        lines.append(f"R{r + 1}  " + " |  ".join(groups))
+        lines.append(_ROW_FORMAT.format(r + 1, *[str(v) if v else "." for v in board[r]]))
         if r in (2, 5):
-            lines.append("   - - - - - - - - - - - - - - - - ")
+            lines.append(_SEPARATOR)
     return "\n".join(lines)
 
 
 def candidates(board: Board) -> dict[tuple[int, int], set[int]]:
     """For each empty cell (0-based row, column), the digits its row, column and box allow."""
+    # The digits each row, column and box holds, gathered once per board rather than per cell:
+    # this runs for every hint and every oracle move.
+    rows = [set(row) for row in board]
+    columns = [set(column) for column in zip(*board)]
+    boxes = [
+        {v for row in board[br : br + 3] for v in row[bc : bc + 3]} for br in (0, 3, 6) for bc in (0, 3, 6)
+    ]
     result: dict[tuple[int, int], set[int]] = {}
-    for r in range(9):
-        for c in range(9):
-            if board[r][c]:
+    for r, row in enumerate(board):
+        box_row = 3 * (r // 3)
+        for c, value in enumerate(row):
+            if value:
                 continue
-            used = set(board[r]) | {board[i][c] for i in range(9)}
-            br, bc = 3 * (r // 3), 3 * (c // 3)
-            used |= {board[i][j] for i in range(br, br + 3) for j in range(bc, bc + 3)}
-            result[(r, c)] = set(range(1, 10)) - used
+            result[(r, c)] = _DIGITS.difference(rows[r], columns[c], boxes[box_row + c // 3])
     return result
 
 
