@@ -641,7 +641,7 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
 
         custom: Policy = import_spec(args.policy)()
         return custom
-    from envsdk.policies import make_policy
+    from envsdk.policies import RandomPolicy, make_policy
 
     kwargs: dict[str, Any] = {}
     if args.policy == "openai":
@@ -669,6 +669,10 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
             ) from None
         return loaded
     policy: Policy = make_policy(args.policy, env, **kwargs)
+    if isinstance(policy, RandomPolicy):
+        # Random replies (--policy random, or auto for an env no oracle knows) repeat with the run:
+        # each episode's are drawn from a generator seeded by --seed, its example and rollout index.
+        policy = RandomPolicy(env, seed=args.seed)
     return policy
 
 

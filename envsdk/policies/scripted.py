@@ -143,15 +143,32 @@ class RandomPolicy(Policy):
     `GENERIC_REPLIES`.
 
     The same `seed` gives the same sequence of replies; only a tool list is read from the
-    conversation.
+    conversation. A scheduler gives each episode its own policy (`for_episode`), whose replies
+    are drawn from a generator seeded by (`seed`, example, rollout index): a run repeats exactly
+    whatever its concurrency and the order its episodes end in.
     """
 
-    def __init__(self, env_name: str, seed: int | None = None) -> None:
+    def __init__(self, env_name: str, seed: int | str | None = None) -> None:
         try:
             self.env_name = canonical_env_name(env_name)
         except ValueError:
             self.env_name = env_name  # any other env: generic replies
+        self.seed = seed
         self._rng = random.Random(seed)
+
+    def for_episode(self, request: Any) -> RandomPolicy:
+        """This episode's policy: seeded by (`seed`, the request's example and rollout index, from
+        its ``eval`` tag, else its uuid); unseeded, this one (replies are not meant to repeat)."""
+        if self.seed is None:
+            return self
+        data = getattr(request, "data_dict", None) or {}
+        tag = data.get("eval") if isinstance(data, dict) else None
+        if isinstance(tag, dict) and "example" in tag and "index" in tag:
+            episode = f"{tag['example']}/{tag['index']}"
+        else:
+            episode = str(getattr(request, "uuid", ""))
+        # A str seed is hashed with SHA-512 by `random.Random`: the same on every run and machine.
+        return RandomPolicy(self.env_name, seed=f"{self.seed}/{episode}")
 
     async def act(self, messages: list[Message]) -> str:
         tools = listed_tools(messages)

@@ -157,6 +157,11 @@ class MultiTurnScheduler(abc.ABC):
         started = time.perf_counter()
         policy_s = 0.0
         try:
+            # A policy with per-episode state (a seeded random one) gets its own for this episode,
+            # so its replies do not depend on which episodes ran before or beside it.
+            for_episode = getattr(policy, "for_episode", None)
+            if callable(for_episode):
+                policy = for_episode(trajectory.request)
             await self.on_trajectory_start(trajectory)
             for turn in range(1, self.max_turns + 1):
                 asked = time.perf_counter()

@@ -1,0 +1,35 @@
+"""Defects a user found walking the README's rollout and evaluate commands, each through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import envsdk
+from tests.eval.conftest import by_pair
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _replies(path: Path) -> dict[tuple[str, int], list[str]]:
+    return {
+        pair: [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        for pair, record in by_pair(path).items()
+    }
+
+
+def test_random_policy_replies_repeat_per_example_and_index_whatever_the_concurrency(tmp_path: Path) -> None:
+    def play(out: str, concurrency: str) -> dict[tuple[str, int], list[str]]:
+        result = envsdk(
+            "rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "4", "--rollouts-per-example", "2",
+            "--seed", "100", "--concurrency", concurrency, "--out", out, "--no-progress", cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr
+        return _replies(tmp_path / out)
+
+    one_at_a_time, all_at_once = play("a.jsonl", "1"), play("b.jsonl", "8")
+    assert sorted(one_at_a_time) == [(f"seed-{s}", i) for s in range(100, 104) for i in range(2)]
+    assert one_at_a_time == all_at_once
+    # Seeded per (example, index), not one sequence: the two rollouts of an example differ.
+    assert any(one_at_a_time[(f"seed-{s}", 0)] != one_at_a_time[(f"seed-{s}", 1)] for s in range(100, 104))
