@@ -47,6 +47,7 @@ from envsdk.runfile import (
 __all__ = [
     "EVAL_KEY",
     "EvalError",
+    "ScoreFailedError",
     "pass_at_k",
     "GroupStats",
     "EvalSummary",
@@ -77,6 +78,10 @@ _PRINTED_EXAMPLES = 20
 
 class EvalError(ValueError):
     """An evaluation run or file cannot be used as asked; the message says what to change."""
+
+
+class ScoreFailedError(EvalError):
+    """A re-scoring function raised on a record (a failure of that function, not a usage error)."""
 
 
 # ---------------------------------------------------------------- pass@k and groups
@@ -496,7 +501,7 @@ def _parse_weights(text: str) -> dict[str, float]:
 
 def weighted_score(weights: Mapping[str, float]) -> Score:
     """A score: the weighted sum of a record's reward components (a component the record does not
-    have counts 0); success when the sum is positive."""
+    have counts 0). It is a reward only: each record's success stays what the record stated."""
 
     def score(record: dict[str, Any]) -> float:
         parts = record.get("reward_components") or {}
@@ -509,20 +514,48 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
     return score
 
 
+def _check_weight_names(weights: Mapping[str, float], records: Sequence[Mapping[str, Any]]) -> None:
+    """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere."""
+    present = sorted({
+        str(name) for record in records
+        if isinstance(record.get("reward_components"), dict) for name in record["reward_components"]
+    })
+    missing = [name for name in weights if name not in present]
+    if missing:
+        raise EvalError(
+            f"--weights {', '.join(missing)}: no record has such a reward component; the records have: "
+            f"{', '.join(present) or 'none'}"
+        )
+
+
+def _stated(record: Mapping[str, Any]) -> bool | None:
+    success = record.get("success")
+    return success if isinstance(success, bool) else None
+
+
 def rescore_records(records: Sequence[dict[str, Any]], score: Score) -> list[dict[str, Any]]:
-    """Each record with ``total_reward`` and ``success`` from `score(record)`: a number (reward;
-    success when it is positive), a bool (success; reward 1 or 0) or a mapping with ``reward`` and
-    optionally ``success``. The previous values go into ``rescored_from``."""
+    """Each record with ``total_reward`` and ``success`` from `score(record)`: a number (the
+    reward), a bool (success; reward 1 or 0) or a mapping with ``reward`` and optionally
+    ``success``. Success is only what the score states (a bool, or the mapping's ``success``);
+    otherwise it stays what the record stated: a reward is not a verdict (a lost game with a
+    positive shaped reward is still lost). The previous values go into ``rescored_from``."""
     rescored: list[dict[str, Any]] = []
     for record in records:
-        result = score(copy.deepcopy(record))
+        try:
+            result = score(copy.deepcopy(record))
+        except Exception as exc:  # the user's function: any failure is reported, in one line
+            name = getattr(score, "__qualname__", repr(score))
+            raise ScoreFailedError(
+                f"the score {name} raised {type(exc).__name__}: {exc} on record {record.get('uuid')}"
+            ) from exc
+        success: bool | None
         if isinstance(result, bool):
             reward, success = float(result), result
         elif isinstance(result, (int, float)):
-            reward, success = float(result), result > 0
+            reward, success = float(result), _stated(record)
         elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
             reward = float(result["reward"])
-            success = bool(result.get("success", reward > 0))
+            success = bool(result["success"]) if "success" in result else _stated(record)
         else:
             raise EvalError(
                 f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "
@@ -542,9 +575,10 @@ def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "rescore",
         help="recompute rewards and pass@k of saved records with another score, without playing again",
-        description="Re-score a completions.jsonl file: each record's reward and success from --score "
-        "(a function of the record) or --weights (over its reward components); write the re-scored "
-        "records and print pass@k.",
+        description="Re-score a completions.jsonl file: each record's reward from --score (a function "
+        "of the record) or --weights (over its reward components); write the re-scored records and "
+        "print pass@k. Success stays what each record stated, unless --score returns it (a bool, or "
+        "{'success': ...}): a positive weighted sum is a reward, not a win.",
     )
     parser.add_argument("completions", help="a completions.jsonl file (envsdk rollout --out)")
     how = parser.add_mutually_exclusive_group(required=True)
@@ -554,7 +588,8 @@ def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     how.add_argument(
         "--weights", type=_parse_weights, metavar="NAME=W,...",
-        help="total reward = sum of weight x the record's reward component value, e.g. correct=1,progress=0.2",
+        help="total reward = sum of weight x the record's reward component value, e.g. correct=1,progress=0.2; "
+        "a name that no record has is refused",
     )
     parser.add_argument("--out", default=None, help="where to write the re-scored records (default: <stem>.rescored.jsonl)")
     parser.set_defaults(func=rescore_command)
@@ -562,7 +597,8 @@ def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def rescore_command(args: argparse.Namespace) -> int:
-    """Run ``envsdk rescore``: 0 when written, 2 (one line on stderr) on unusable input or score."""
+    """Run ``envsdk rescore``: 0 when written, 2 (one line on stderr) on unusable input or score,
+    1 (one line) when the score function raises."""
     from envsdk.registry import PluginLoadError, import_spec
 
     source = Path(args.completions)
@@ -573,8 +609,14 @@ def rescore_command(args: argparse.Namespace) -> int:
         score: Score = weighted_score(args.weights) if args.weights is not None else import_spec(args.score)
         if not callable(score):
             raise EvalError(f"--score {args.score} is not a function")
-        records = rescore_records([record for _, record in read_records(source)], score)
+        saved = [record for _, record in read_records(source)]
+        if args.weights is not None:
+            _check_weight_names(args.weights, saved)
+        records = rescore_records(saved, score)
         summary = summarize_groups(records)
+    except ScoreFailedError as exc:
+        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        return 1
     except (EvalError, PluginLoadError, ImportError) as exc:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2

@@ -51,12 +51,15 @@ def test_rescore_by_weights_over_the_recorded_components(tmp_path: Path) -> None
         "--max-turns", "3", "--no-progress", cwd=tmp_path,
     )
     assert played.returncode == 0, played.stderr
-    result = envsdk("rescore", "completions.jsonl", "--weights", "valid_move=2,correct=10", "--out", "w.jsonl", cwd=tmp_path)
+    result = envsdk("rescore", "completions.jsonl", "--weights", "valid_move=-2,empty_cell=-2,correct=10", "--out", "w.jsonl", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for old, new in zip(records(tmp_path / "completions.jsonl"), records(tmp_path / "w.jsonl")):
         parts = old["reward_components"]
-        expected = 2 * parts["valid_move"]["value"] + 10 * parts["correct"]["value"]
-        assert new["total_reward"] == pytest.approx(expected) and new["success"] is (expected > 0)
+        expected = -2 * parts["valid_move"]["value"] - 2 * parts["empty_cell"]["value"] + 10 * parts["correct"]["value"]
+        # A positive sum is not a win: success stays what the record stated (a lost game stays lost).
+        assert new["total_reward"] == pytest.approx(expected) and new["success"] is old["success"]
+    lost = [r for r in records(tmp_path / "w.jsonl") if r["rescored_from"]["success"] is False and r["total_reward"] > 0]
+    assert lost, "no lost game with a positive weighted sum: the check above proved nothing"
 
 
 @pytest.mark.parametrize(
@@ -65,11 +68,14 @@ def test_rescore_by_weights_over_the_recorded_components(tmp_path: Path) -> None
         (["--score", "nowhere.py:f"], ["nowhere.py"]),
         (["--score", "bad_score.py:returns_text"], ["returned 'yes'", "expected a number"]),
         (["--weights", "correct"], ["name=number"]),
+        # A name no record has would zero every reward: refused, naming the components there are.
+        (["--weights", "correct=1,nosuch=1"], ["nosuch", "correct", "valid_move"]),
     ],
 )
 def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     (tmp_path / "bad_score.py").write_text("def returns_text(record):\n    return 'yes'\n", encoding="utf-8")
-    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True, "reward_components": {}}
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
+            "reward_components": {"correct": {"value": 1.0, "steps": []}, "valid_move": {"value": 0.5, "steps": []}}}
     (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
     result = envsdk("rescore", "c.jsonl", *args, cwd=tmp_path)
     assert result.returncode == 2
