@@ -324,7 +324,7 @@ class RunPlan:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--rollouts-per-example``, ``--resume``, ``--config`` and ``--tokens`` to the
+    """Add ``--rollouts-per-example``, ``--resume``, ``--overwrite``, ``--config`` and ``--tokens`` to the
     ``rollout`` parser (and keep the parser for `resolve_run_options`)."""
     parser.add_argument(
         "--rollouts-per-example", type=int, default=1, metavar="R",
@@ -333,6 +333,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true",
         help="continue the run in --out: skip what has a record, replay what is missing or ended in an error",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="replace the records of an earlier run in --out (without it, or --resume, a non-empty --out is refused)",
     )
     parser.add_argument(
         "--config", default=None, metavar="RUN.toml",
@@ -400,6 +404,10 @@ def _example_id(request: RolloutRequest, from_dataset: bool) -> str:
     return f"seed-{request.env_config.get('seed')}"
 
 
+def _holds_records(out: Path) -> bool:
+    return out.is_file() and out.stat().st_size > 0
+
+
 def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     """Expand each batch's requests into groups of ``--rollouts-per-example`` tagged rollouts and,
     with ``--resume``, drop those that already have a record; write the run file. Mutates the
@@ -410,6 +418,11 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     out = Path(args.out) if args.out else None
     if out is None and args.resume:
         raise EvalError("--resume continues the run in --out FILE; give --out")
+    if out is not None and not args.resume and not getattr(args, "overwrite", False) and _holds_records(out):
+        raise EvalError(
+            f"--out {out} holds an earlier run's records: give --resume to continue that run, or --overwrite "
+            "to replace it (or write to a new --out)"
+        )
     done: set[tuple[str, int]] = set()
     moved = 0
     run_id, attempt = secrets.token_hex(8), 1

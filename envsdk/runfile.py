@@ -31,7 +31,7 @@ __all__ = ["RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "optio
 #: The table of a written run file that names the run; it is not an option.
 RUN_TABLE = "run"
 # Options that describe how this invocation behaves, not what the run is.
-_NOT_RECORDED = frozenset({"help", "config", "resume"})
+_NOT_RECORDED = frozenset({"help", "config", "resume", "overwrite"})
 
 
 class RunFileError(ValueError):

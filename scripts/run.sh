@@ -12,4 +12,4 @@ if [ ! -x .venv/bin/envsdk ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   PYTHONWARNINGS="ignore:Editable installation" bash scripts/setup.sh ""
   echo "$want" > "$stamp"
 fi
-exec .venv/bin/envsdk rollout --env sudoku --policy oracle --episodes 64 --concurrency 16 --out runs/completions.jsonl "$@"
+exec .venv/bin/envsdk rollout --env sudoku --policy oracle --episodes 64 --concurrency 16 --out runs/completions.jsonl --overwrite "$@"

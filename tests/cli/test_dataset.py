@@ -84,7 +84,7 @@ def test_scheduler_flag_picks_a_registered_scheduler_from_a_plugin(tmp_path: Pat
                     "--episodes", "3", "--no-progress", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [r["infos"]["tagged_by"] for r in _records(tmp_path / "completions.jsonl")] == ["TaggingScheduler"] * 3
-    unknown = envsdk("rollout", "--env", "frozen_lake", "--scheduler", "nope", "--no-progress", cwd=tmp_path)
+    unknown = envsdk("rollout", "--env", "frozen_lake", "--scheduler", "nope", "--overwrite", "--no-progress", cwd=tmp_path)
     assert unknown.returncode == 2 and "no scheduler named 'nope'" in unknown.stderr
 
 

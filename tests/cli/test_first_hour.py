@@ -138,12 +138,12 @@ def test_4_nothing_ran_means_a_non_zero_exit_and_one_line_saying_what_to_do(
     assert with_token.returncode == 0, with_token.stderr
 
     open_url = serve("my_env:MyEnv", cwd=folder)
-    no_inference = envsdk("rollout", "--env", "my_env", "--base-url", open_url, "--policy", "openai", "--model", "m",
+    no_inference = envsdk("rollout", "--env", "my_env", "--base-url", open_url, "--policy", "openai", "--model", "m", "--overwrite",
                           "--api-base", f"http://127.0.0.1:{free_port()}/v1", "--no-progress", cwd=folder)
     assert_one_line_error(no_inference, "no inference server answers", "--api-base")
 
     (folder / "my_plugin.py").write_text(ENV_PLUGIN, encoding="utf-8")
-    broken = envsdk("rollout", "--env", "broken_env", "--external-plugins", "my_plugin.py", "--episodes", "3",
+    broken = envsdk("rollout", "--env", "broken_env", "--external-plugins", "my_plugin.py", "--episodes", "3", "--overwrite",
                     "--no-progress", cwd=folder)
     assert broken.returncode == 1
     assert "no episode ran: all 3 ended in an error" in broken.stderr and "the reset is broken" in broken.stderr

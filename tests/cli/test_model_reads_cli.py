@@ -38,7 +38,7 @@ def test_the_model_reads_the_envs_text_and_a_reward_is_not_taken_for_success(fol
     assert all(r["success"] is None for r in records)
     assert _success_line(result.stdout) == "success rate    n/a (neither the env nor the scheduler states success)"
     # The README's way to pick ms-swift's JSON dump instead.
-    dumped = envsdk("rollout", "--env", "my_env", "--base-url", url, "--episodes", "1", "--formatter", "json",
+    dumped = envsdk("rollout", "--env", "my_env", "--base-url", url, "--episodes", "1", "--formatter", "json", "--overwrite",
                     "--no-progress", cwd=folder)
     assert dumped.returncode == 0, dumped.stderr
     first = _records(folder / "completions.jsonl")[0]["messages"][0]["content"]
@@ -50,7 +50,7 @@ def test_a_tool_server_is_played_with_tool_calls_and_its_state_reward(folder: Pa
     for scheduler in ([], ["--scheduler", "tools"]):
         result = envsdk(
             "rollout", "--env", "ledger", "--base-url", url, "--episodes", "4", "--max-turns", "3",
-            "--no-progress", *scheduler, cwd=folder,
+            "--no-progress", "--overwrite", *scheduler, cwd=folder,
         )
         assert result.returncode == 0, result.stderr
         records = _records(folder / "completions.jsonl")

@@ -218,7 +218,7 @@ def test_14_sampling_options_and_the_api_key_reach_the_endpoint(folder: Path) ->
     seen: list[dict[str, Any]] = []
     with running_server(_recording_inference_app(seen)) as base:
         flags = ["rollout", "--env", "frozen_lake", "--policy", "openai", "--api-base", base + "/v1", "--model", "m",
-                 "--episodes", "1", "--max-turns", "1", "--no-progress"]
+                 "--episodes", "1", "--max-turns", "1", "--overwrite", "--no-progress"]
         greedy = envsdk(*flags, "--temperature", "0", "--top-p", "0.5", "--max-tokens", "7", "--api-key", "k1",
                         cwd=folder)
         assert greedy.returncode == 0, greedy.stderr
@@ -269,10 +269,10 @@ def test_17_envs_are_named_alike_everywhere(folder: Path) -> None:
     plugins = envsdk("rollout", "--env", "once", "--external_plugins", "my_plugin.py", "--episodes", "2",
                      "--no-progress", cwd=folder)
     assert plugins.returncode == 0, plugins.stderr
-    by_class = envsdk("rollout", "--env", "my_env:MyEnv", "--episodes", "2", "--no-progress", cwd=folder)
+    by_class = envsdk("rollout", "--env", "my_env:MyEnv", "--episodes", "2", "--overwrite", "--no-progress", cwd=folder)
     assert by_class.returncode == 0, by_class.stderr
     assert {r["turns"] for r in _records(folder / "completions.jsonl")} == {3}
-    local_class = envsdk("rollout", "--env", "my_plugin.py:Once", "--episodes", "2", "--no-progress", cwd=folder)
+    local_class = envsdk("rollout", "--env", "my_plugin.py:Once", "--episodes", "2", "--overwrite", "--no-progress", cwd=folder)
     assert local_class.returncode == 0, local_class.stderr
     checked = envsdk("check-env", "sudoku", cwd=folder, timeout=120)
     assert checked.returncode == 0, checked.stderr

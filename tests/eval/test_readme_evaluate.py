@@ -34,4 +34,4 @@ def test_every_evaluate_example_runs_from_an_empty_folder(tmp_path: Path) -> Non
     assert summary["records"] == 16 and summary["examples"] == 8
     assert (tmp_path / "again" / "completions.jsonl").is_file() and (tmp_path / "strict.jsonl").is_file()
     assert "Groups and pass@k" in (tmp_path / "completions_report" / "report.html").read_text()
-    assert all("tokens" in json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines())
+    assert all("tokens" in json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text().splitlines())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import envsdk
+from tests.cli.conftest import assert_one_line_error, envsdk
 from tests.eval.conftest import by_pair
 
 pytestmark = pytest.mark.timeout(240)
@@ -33,3 +33,18 @@ def test_random_policy_replies_repeat_per_example_and_index_whatever_the_concurr
     assert one_at_a_time == all_at_once
     # Seeded per (example, index), not one sequence: the two rollouts of an example differ.
     assert any(one_at_a_time[(f"seed-{s}", 0)] != one_at_a_time[(f"seed-{s}", 1)] for s in range(100, 104))
+
+
+def test_a_new_run_refuses_to_overwrite_an_earlier_runs_records(tmp_path: Path) -> None:
+    command = ("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--no-progress")
+    first = envsdk(*command, "--out", "run/completions.jsonl", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    assert {"completions.jsonl", "completions.run.toml", "completions.eval.json"} <= set(saved)
+    again = envsdk(*command, "--episodes", "3", "--out", "run/completions.jsonl", cwd=tmp_path)
+    assert again.returncode == 2
+    assert_one_line_error(again, "run/completions.jsonl", "--resume", "--overwrite")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == saved  # nothing lost
+    replaced = envsdk(*command, "--episodes", "3", "--out", "run/completions.jsonl", "--overwrite", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert len(by_pair(tmp_path / "run" / "completions.jsonl")) == 3
