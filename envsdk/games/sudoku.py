@@ -68,7 +68,9 @@ def candidates(board: Board) -> dict[tuple[int, int], set[int]]:
     rows = [set(row) for row in board]
     columns = [set(column) for column in zip(*board)]
     boxes = [
-        {v for row in board[br : br + 3] for v in row[bc : bc + 3]} for br in (0, 3, 6) for bc in (0, 3, 6)
+        set(top[bc : bc + 3]).union(middle[bc : bc + 3], bottom[bc : bc + 3])
+        for top, middle, bottom in (board[0:3], board[3:6], board[6:9])
+        for bc in (0, 3, 6)
     ]
     result: dict[tuple[int, int], set[int]] = {}
     for r, row in enumerate(board):
@@ -100,7 +102,8 @@ def solve(board: Board) -> Board | None:
 
 
 def count_filled(board: Board) -> int:
-    return sum(1 for row in board for v in row if v)
+    # Cells hold ints, so a cell is filled exactly when it is not 0: counted in C, row by row.
+    return sum(len(row) - row.count(0) for row in board)
 
 
 def parse_move(text: str) -> tuple[int, int, int] | None:
