@@ -250,13 +250,20 @@ def check_env_config(env: str, config: dict[str, Any], *, on_server: bool, where
     )
 
 
+#: Schemes of an environment server's URL (HTTP, or its WebSocket endpoint).
+URL_SCHEMES = ("http", "https", "ws", "wss")
+
+
 def check_base_url(url: str) -> None:
     """Raise `UsageError` for a ``host:port`` given without its scheme (it would be taken for a
-    pool name and fail once per episode)."""
+    pool name and fail once per episode), or a URL of another scheme than `URL_SCHEMES`."""
     import re
 
     if re.fullmatch(r"[\w.-]+:\d+(/.*)?", url) or re.fullmatch(r"\[[0-9a-fA-F:]+\]:\d+(/.*)?", url):
         raise UsageError(f"--base-url {url!r} has no scheme: use 'http://{url}'")
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() not in URL_SCHEMES:
+        raise UsageError(f"--base-url {url!r}: an environment server's URL starts with {', '.join(s + '://' for s in URL_SCHEMES)}")
 
 
 def check_env_name(env: str, base_url: BaseUrls | None) -> None:
@@ -724,6 +731,35 @@ def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, wher
         check_env_config(env, config, on_server=on_server, where=where)
 
 
+def _check_local_config(batch: Batch, where: str) -> None:
+    """Raise `UsageError` when a local env refuses its batch's first ``env_config`` (a value of
+    the wrong type, ``{"size": "big"}``): many envs read their config only at reset, so it is
+    reset once here, rather than every episode failing the same way. Only rows with keys beyond
+    `ROW_KEYS` are tried; a failure other than a `ValueError`/`TypeError` is left to the run."""
+    from envsdk.registry import envs
+
+    request = batch.requests[0]
+    if batch.env not in envs or _on_server(batch.env, batch.base_url) or not set(request.env_config) - ROW_KEYS:
+        return
+
+    async def reset_once() -> None:
+        env = envs[batch.env](request.env_config)
+        try:
+            await env.reset(request)
+        finally:
+            closing = env.close()
+            if inspect.isawaitable(closing):
+                await closing
+
+    try:
+        asyncio.run(reset_once())
+    except (ValueError, TypeError) as exc:
+        given = {k: v for k, v in request.env_config.items() if k not in ROW_KEYS}
+        raise UsageError(
+            f"{where}: {batch.env} refuses its config {json.dumps(given, default=str)}: {_one_line(exc)}"
+        ) from None
+
+
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     for url in args.base_url or []:
         check_base_url(url)
@@ -753,10 +789,14 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             check_env_name(config["name"], config.get("base_url"))
             _check_rows(config["name"], config, args, f"{args.dataset} line {line}")
             groups.setdefault((config["name"], "base_url" in config), []).append(row)
-        return [
+        batches = [
             Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None)
             for (env, remote), group in groups.items()
         ]
+        if args.scheduler in (None, "gym"):
+            for batch in batches:
+                _check_local_config(batch, f"{args.dataset} row {batch.requests[0].uuid}")
+        return batches
     if default_env is None:
         raise UsageError("give --env NAME (or --dataset ROWS.jsonl)")
     if args.episodes < 1:
@@ -765,7 +805,10 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     given = {"base_url": base_url} if base_url is not None else {}
     _check_rows(default_env, {**(args.env_config or {}), "name": default_env, **given}, args, "--env-config")
     requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)
-    return [Batch(default_env, requests, policy(default_env), base_url)]
+    batch = Batch(default_env, requests, policy(default_env), base_url)
+    if args.scheduler in (None, "gym"):
+        _check_local_config(batch, "--env-config")
+    return [batch]
 
 
 def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:

@@ -48,3 +48,17 @@ def test_a_new_run_refuses_to_overwrite_an_earlier_runs_records(tmp_path: Path) 
     replaced = envsdk(*command, "--episodes", "3", "--out", "run/completions.jsonl", "--overwrite", cwd=tmp_path)
     assert replaced.returncode == 0, replaced.stderr
     assert len(by_pair(tmp_path / "run" / "completions.jsonl")) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--env", "sudoku", "--base-url", "ftp://127.0.0.1:9/"], ["ftp://127.0.0.1:9/", "http", "ws"]),
+        (["--env", "frozen_lake", "--env-config", '{"size": "big"}'], ["--env-config", "frozen_lake", '"size": "big"']),
+    ],
+)
+def test_usage_mistakes_are_refused_before_any_episode_plays(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    result = envsdk("rollout", *args, "--episodes", "4", "--no-progress", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "completions.jsonl").exists()
