@@ -384,6 +384,11 @@ def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
         raise EvalError(str(exc)) from None
     resolved = parse_with(parser, argv, base)
     resolved.command_line = getattr(args, "command_line", None)
+    if args.resume and resolved.out and stored is None and resolved.env is None and resolved.dataset is None:
+        raise EvalError(
+            f"--resume: there is no run to resume at {resolved.out} (no {run_file_path(resolved.out)}); "
+            "start one with --env NAME or --dataset ROWS.jsonl"
+        )
     if stored is not None:
         changed = [
             dest for dest, value in stored.items()

@@ -62,3 +62,10 @@ def test_usage_mistakes_are_refused_before_any_episode_plays(tmp_path: Path, arg
     assert result.returncode == 2
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "completions.jsonl").exists()
+
+
+def test_resume_of_a_run_that_is_not_there_says_so(tmp_path: Path) -> None:
+    result = envsdk("rollout", "--resume", "--out", "nothere/completions.jsonl", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "no run to resume", "nothere/completions.jsonl")
+    assert not (tmp_path / "nothere").exists()
