@@ -18,7 +18,7 @@ from typing import Any
 from envsdk.client.pool import health_url
 from envsdk.errors import EnvSDKError
 
-__all__ = ["PreflightError", "check_env_servers", "check_inference"]
+__all__ = ["PreflightError", "check_env_servers", "check_inference", "served_env_name"]
 
 _TIMEOUT_S = 5.0
 
@@ -62,6 +62,20 @@ def same_env(asked: str, metadata: Any) -> bool:
     served = [str(metadata.get(k)) for k in ("name", "env_id") if isinstance(metadata, dict) and metadata.get(k)]
     want = _words(asked)
     return not served or not want or any(want in _words(s) or _words(s) in want for s in served if _words(s))
+
+
+def served_env_name(url: str) -> str | None:
+    """The env name a server's ``/metadata`` gives (its ``name``), or None when it names none or
+    cannot be read (`check_env_servers` then says why)."""
+    if not url.startswith(("http://", "https://", "ws://", "wss://")):
+        return None
+    token = os.environ.get("ENVSDK_TOKEN")
+    try:
+        status, body = _get(_http_base(url) + "/metadata", {"Authorization": f"Bearer {token}"} if token else {})
+    except OSError:
+        return None
+    name = body.get("name") if status == 200 and isinstance(body, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def check_env_servers(urls: Sequence[str], concurrency: int, env_names: Mapping[str, str] | None = None) -> None:

@@ -797,8 +797,19 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             for batch in batches:
                 _check_local_config(batch, f"{args.dataset} row {batch.requests[0].uuid}")
         return batches
+    if default_env is None and isinstance(base_url, str):
+        from envsdk.preflight import served_env_name
+
+        # One server's env is the one it serves: its /metadata names it.
+        default_env = served_env_name(base_url)
     if default_env is None:
-        raise UsageError("give --env NAME (or --dataset ROWS.jsonl)")
+        raise UsageError(
+            "give --env NAME (or --dataset ROWS.jsonl)"
+            + (
+                f"; the server at {base_url} names no env in its /metadata (or did not answer)"
+                if isinstance(base_url, str) and base_url.startswith(URL_SCHEMES) else ""
+            )
+        )
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     check_env_name(default_env, base_url)

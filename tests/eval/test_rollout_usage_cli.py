@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import assert_one_line_error, envsdk
+from tests.cli.conftest import REPO, ServeFn, assert_one_line_error, envsdk
 from tests.eval.conftest import by_pair
 
 pytestmark = pytest.mark.timeout(240)
@@ -69,3 +69,14 @@ def test_resume_of_a_run_that_is_not_there_says_so(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert_one_line_error(result, "no run to resume", "nothere/completions.jsonl")
     assert not (tmp_path / "nothere").exists()
+
+
+def test_a_tool_server_is_played_without_env_by_the_name_its_metadata_gives(tmp_path: Path, serve: ServeFn) -> None:
+    url = serve(f"{REPO / 'examples' / 'ledger_tools.py'}:LedgerEnvironment", cwd=tmp_path)
+    result = envsdk("rollout", "--base-url", url, "--episodes", "2", "--max-turns", "3", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    played = by_pair(tmp_path / "completions.jsonl")
+    assert len(played) == 2
+    for record in played.values():
+        replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        assert len(replies) == 3 and all(r.startswith("<tool_call>") for r in replies), replies
