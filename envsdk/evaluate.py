@@ -25,6 +25,7 @@ import copy
 import json
 import math
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -188,6 +189,11 @@ def example_of(record: Mapping[str, Any]) -> tuple[str, int]:
     return str(record.get("uuid")), 0
 
 
+def _natural_key(name: str) -> list[tuple[int, int, str]]:
+    """Sort key of a name whose runs of digits compare as numbers: ``seed-2`` before ``seed-10``."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+
 def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
     """Group `records` by example (`example_of`) and compute pass@k, mean rewards and spreads.
     A record counts as correct when its ``success`` is true (null, not stated, is not). Raises `EvalError` when there are none."""
@@ -202,7 +208,8 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
     if not grouped:
         raise EvalError("no records to summarize")
     groups: list[GroupStats] = []
-    for example, members in grouped.items():
+    # Examples in natural order (seed-2 before seed-10), not in the order their episodes ended.
+    for example, members in sorted(grouped.items(), key=lambda item: _natural_key(item[0])):
         members.sort()
         rewards = [r for _, r, _ in members]
         n, correct = len(members), sum(s for _, _, s in members)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,19 @@ def test_a_tool_server_is_played_without_env_by_the_name_its_metadata_gives(tmp_
     for record in played.values():
         replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
         assert len(replies) == 3 and all(r.startswith("<tool_call>") for r in replies), replies
+
+
+def test_the_per_example_table_lists_examples_in_natural_order(tmp_path: Path) -> None:
+    lines = []
+    for example in ("seed-10", "seed-2", "seed-9", "seed-1"):  # the order episodes happened to end in
+        for index in range(2):
+            lines.append(json.dumps({
+                "schema": "envsdk.completions/1", "uuid": f"{example}/{index}", "total_reward": 1.0, "success": True,
+                "reward_components": {"correct": {"value": 1.0, "steps": []}},
+                "eval": {"example": example, "index": index, "run": "r", "attempt": 1},
+            }))
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("seed-")]
+    assert rows == ["seed-1", "seed-2", "seed-9", "seed-10"], result.stdout
