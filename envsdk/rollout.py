@@ -202,6 +202,11 @@ def load_dataset(path: str | Path, default_env: str | None = None) -> list[Rollo
             raise DatasetError(
                 f'{where}: a row needs "env_config": {{"name": ENV, ...}} (or give --env ENV for rows without a name)'
             )
+        seed = config.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            # A seed that is not an integer would be passed on as is: a string seeds another map,
+            # and each env would read 1.5 or true its own way.
+            raise DatasetError(f'{where}: "seed" must be an integer, got {json.dumps(seed)}')
         messages = row.get("messages") or []
         if not isinstance(messages, list):
             raise DatasetError(f"{where}: 'messages' must be a list of chat messages")

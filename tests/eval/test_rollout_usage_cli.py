@@ -97,3 +97,14 @@ def test_the_per_example_table_lists_examples_in_natural_order(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     rows = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("seed-")]
     assert rows == ["seed-1", "seed-2", "seed-9", "seed-10"], result.stdout
+
+
+@pytest.mark.parametrize("seed", ['"x"', "1.5", "true"])
+def test_a_dataset_row_with_a_seed_that_is_not_an_integer_is_refused(tmp_path: Path, seed: str) -> None:
+    good = '{"env_config": {"name": "frozen_lake", "seed": 3}}'
+    bad = '{"env_config": {"name": "frozen_lake", "seed": %s}}' % seed
+    (tmp_path / "rows.jsonl").write_text(f"{good}\n{bad}\n", encoding="utf-8")
+    result = envsdk("rollout", "--dataset", "rows.jsonl", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "rows.jsonl:2", "seed", "integer")
+    assert not (tmp_path / "completions.jsonl").exists()
