@@ -56,6 +56,7 @@ from pydantic import BaseModel, ValidationError
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvSDKError
 from envsdk.formats import ReplyParseError, parse_reply
+from envsdk.protocol import validation_errors, validation_message
 from envsdk.policies.scripted import GENERIC_REPLIES
 from envsdk.registry import envs, import_spec, load_plugins
 from envsdk.types import Action, Observation, State
@@ -150,8 +151,8 @@ class CheckReport:
         ended = "ended" if self.episode_done else "did not end"
         lines = [
             f"check-env {self.target} ({self.shape}): {len(self.passed)} rules passed,"
-            f" {len(self.skipped)} skipped; the checked episode {ended} after {self.episode_steps}"
-            f" steps; {len(self.warnings)} warnings"
+            f" {len(self.skipped)} skipped; the checked episode {ended} after {_count(self.episode_steps, 'step')};"
+            f" {_count(len(self.warnings), 'warning')}"
         ]
         lines += [f"  ok    {rule}: {RULES[rule]}" for rule in self.passed]
         lines += [f"  skip  {rule}: {why}" for rule, why in self.skipped.items()]
@@ -314,6 +315,10 @@ def _in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
 
     threading.Thread(target=run, name="check-env-call", daemon=True).start()
     return future
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _quote_exception(exc: BaseException) -> str:
@@ -711,10 +716,9 @@ def _playable_actions(
             try:
                 played.append(action_type.model_validate(dict(given)))
             except ValidationError as exc:
-                raise CheckOptionError(
-                    f"--action {json.dumps(given)[:200]} is not a {action_type.__name__}:"
-                    f" {_quote_exception(exc)}"
-                ) from None
+                raise CheckOptionError(validation_message(
+                    f"--action {json.dumps(given)[:200]} is not a {action_type.__name__}", validation_errors(exc)
+                )) from None
         return played
     schema = action_type.model_json_schema()
     playable: list[Action] = []
@@ -1129,7 +1133,7 @@ def _judge(args: argparse.Namespace) -> int:
         print(f"check-env {args.target}: FAILED rule {exc.rule}: {RULES[exc.rule]}: {exc.detail}", file=sys.stderr)
         return 1
     except (CheckOptionError, ValueError) as exc:
-        print(f"check-env {args.target}: error: {exc}", file=sys.stderr)
+        print(f"envsdk check-env: error: {args.target}: {exc}", file=sys.stderr)
         return 2
     print(report)
     if args.strict and report.warnings:

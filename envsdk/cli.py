@@ -27,6 +27,8 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from envsdk.env import Env, Environment, step_types
 from envsdk.errors import EnvSDKError
 
@@ -142,6 +144,7 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from envsdk.server import serve
+    from envsdk.server.launch import PortInUseError
 
     # Read here, so that a bad value is one line rather than a traceback from deep in the server.
     for name in ("PORT", "MAX_CONCURRENT_ENVS"):
@@ -152,8 +155,29 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--port {args.port} is not a port number (0-65535)")
     if args.replicas > 1 or args.replicas_file:
         return _run_replicas(args)
-    serve(_build_app(args), host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        app = _build_app(args)
+    except ValidationError as exc:
+        if exc.title != "ServerConfig":
+            raise
+        raise CommandError(_option_error(exc)) from None
+    try:
+        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    except PortInUseError as exc:
+        raise CommandError(str(exc), 1) from None
     return 0
+
+
+def _option_error(exc: ValidationError) -> str:
+    """The server options `exc` refuses, each as its flag, the value given and the bound it
+    misses (pydantic's message), in one bounded line."""
+    from envsdk.protocol import validation_errors, validation_message
+
+    errors = validation_errors(exc)
+    for error in errors:
+        field = str(error["loc"][0]) if error.get("loc") else "option"
+        error["loc"] = [f"--{field.replace('_', '-')} {error.get('input')}"]
+    return validation_message("invalid server option", errors)
 
 
 def _add_serve(subparsers: Any) -> None:
@@ -245,7 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _name, add_parser in COMMANDS:
         add_parser(subparsers)
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            # Said by the subcommand's parser: its usage and `envsdk <command>: error:`, not the
+            # top level's, which knows none of the subcommand's options.
+            subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         args.command_line = list(argv) if argv is not None else sys.argv[1:]
         # `module:Name` targets, policies and plugins are looked up in the current folder first,
         # as `python -m` and uvicorn do; a console script alone would not see it.

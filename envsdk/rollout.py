@@ -901,6 +901,11 @@ def rollout_command(args: argparse.Namespace) -> int:
     except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # Planning writes the run file beside --out: a folder that cannot be made is a usage error.
+        where = f"cannot write --out {args.out} there" if getattr(args, "out", None) else "cannot use a file"
+        print(f"envsdk rollout: error: {where}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return 2
     if plan.to_play == 0:
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
         print(finish_run(args.out))

@@ -4,6 +4,7 @@ gracefully on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import os
@@ -19,6 +20,8 @@ from envsdk.server.config import ServerConfig
 
 __all__ = [
     "serve",
+    "PortInUseError",
+    "ensure_port_free",
     "DrainingServer",
     "request_reply_ws_protocol",
     "handshake_timeout_http_protocol",
@@ -59,6 +62,8 @@ def serve(
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
+    # Before uvicorn starts: it would run the app's startup, then fail to bind and exit 3.
+    ensure_port_free(host, port)
     config = getattr(getattr(app_or_target, "state", None), "envsdk_config", None)
     if isinstance(config, ServerConfig):
         uvicorn_kwargs.setdefault("ws_max_size", config.max_frame_bytes * _WS_MAX_SIZE_FACTOR)
@@ -83,6 +88,30 @@ def serve(
     server.run()
     if not server.started:
         sys.exit(3)  # uvicorn.run's exit status when startup fails
+
+
+class PortInUseError(OSError):
+    """The address `serve` was asked to listen on is already taken by another socket."""
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Raise `PortInUseError` when `port` on `host` cannot be bound (port 0 is always free).
+    Bound as uvicorn binds, with ``SO_REUSEADDR``: a port whose last connections linger in
+    TIME_WAIT is free, one another process listens on is not."""
+    if port == 0:
+        return
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror:
+        return  # an unresolvable host: uvicorn's own error says so
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            # Any other refusal (no such address, a privileged port) is uvicorn's to report.
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUseError(f"port {port} on {host} is already in use") from None
 
 
 class DrainingServer(uvicorn.Server):
