@@ -481,8 +481,8 @@ async def run_batches(
                 streak.clear()
             if stop_after_connection_errors and len(streak) >= stop_after_connection_errors and not stopped:
                 stopped.append(
-                    f"{len(streak)} episodes in a row lost the connection to their server ({traj.error_kind}: "
-                    f"{' '.join(str(traj.reason).split())})"
+                    f"{len(streak)} episodes in a row lost the connection to their server "
+                    f"({_kind_and_reason(traj.error_kind, traj.reason)})"
                 )
                 for task in tasks:
                     task.cancel()
@@ -860,18 +860,24 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _kind_and_reason(kind: str | None, reason: object) -> str:
+    """``"Kind: reason"`` on one line, the kind said once: a reason often starts with it already."""
+    text = " ".join(str(reason).split())
+    return text if kind is None or text.startswith(f"{kind}:") else f"{kind}: {text}"
+
+
 def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:
     """One line saying why nothing ran, when every trajectory ended in an error."""
     if any(t.status != "error" for t in trajectories):
         return None
     kinds = Counter(t.error_kind or "unknown" for t in trajectories)
     kind, count = kinds.most_common(1)[0]
-    example = " ".join(str(next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind)).split())
+    example = _kind_and_reason(kind, next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind))
     hint = _WHAT_TO_DO.get(kind)
     steps = sum(len(t.steps) for t in trajectories)
     head = f"every episode ended in an error ({steps} steps ran)" if steps else "no episode ran"
     return (
-        f"{head}: all {len(trajectories)} ended in an error ({count} x {kind}: {example})"
+        f"{head}: all {len(trajectories)} ended in an error ({count} x {example})"
         + (f"; {hint}" if hint else "")
     )
 

@@ -113,3 +113,20 @@ def test_one_warning_is_singular(tmp_path: Path) -> None:
     checked = envsdk("check-env", "plain:Plain", cwd=tmp_path, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "; 1 warning\n" in checked.stdout, checked.stdout
+
+
+def test_a_rollout_error_line_names_the_error_type_once(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text(
+        "from envsdk.env import Env\n"
+        "class Broken(Env):\n"
+        "    async def reset(self, config):\n"
+        "        raise RuntimeError('no board today')\n"
+        "    async def step(self, messages):\n"
+        "        raise RuntimeError('never reached')\n",
+        encoding="utf-8",
+    )
+    ran = envsdk("rollout", "--env", "broken:Broken", "--episodes", "1", "--no-progress", cwd=tmp_path)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr
+    line = next(l for l in ran.stderr.splitlines() if l.startswith("envsdk rollout: error: "))
+    assert "RuntimeError: no board today" in line, line
+    assert line.count("RuntimeError") == 1, line
