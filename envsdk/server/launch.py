@@ -59,6 +59,7 @@ def serve(
     SIGINT stops waiting. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
+    A port another socket listens on raises `PortInUseError` before the app starts.
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
