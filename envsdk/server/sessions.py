@@ -553,7 +553,8 @@ def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
         logger.warning("%s\n%s", message, _bounded_traceback(cause))
     else:
         logger.warning("%s", message)
-        logger.debug("%s\n%s", message, _bounded_traceback(cause))
+        if logger.isEnabledFor(logging.DEBUG):  # formatting a traceback costs every failing call
+            logger.debug("%s\n%s", message, _bounded_traceback(cause))
     return FrameError(ErrorCode.EXECUTION_ERROR, message)
 
 
