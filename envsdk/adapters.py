@@ -208,6 +208,10 @@ def _http_url(base_url: str, path: str) -> str:
     return urlunsplit((scheme, parts.netloc, prefix + path, "", ""))
 
 
+#: Most bytes of a ``/schema`` answer read: a schema is a few KiB; a peer decides the size.
+_SCHEMA_MAX_BYTES = 4 << 20
+
+
 def _serves_chat(schema: dict[str, Any]) -> bool:
     action = set((schema.get("action") or {}).get("properties") or {})
     observation = set((schema.get("observation") or {}).get("properties") or {})
@@ -226,7 +230,7 @@ def serves_chat(base_url: str, timeout_s: float = 10.0) -> bool:
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return _serves_chat(dict(json.load(response)))
+            return _serves_chat(dict(json.loads(response.read(_SCHEMA_MAX_BYTES))))
     except (OSError, ValueError, TypeError):
         return False
 
@@ -293,17 +297,8 @@ class RemoteEnv(Env):
         if self.mode != "auto":
             return self.mode
 
-        def fetch() -> dict[str, Any]:
-            with urllib.request.urlopen(_http_url(self.base_url, "/schema"), timeout=10) as response:
-                return dict(json.load(response))
-
-        try:
-            schema = await asyncio.to_thread(fetch)
-        except (OSError, ValueError):
-            # No /schema (or not JSON): not an env_app, so speak plain actions.
-            self.mode = "action"
-        else:
-            self.mode = "chat" if _serves_chat(schema) else "action"
+        # No /schema (or not JSON): not an env_app, so speak plain actions.
+        self.mode = "chat" if await asyncio.to_thread(serves_chat, self.base_url) else "action"
         return self.mode
 
     async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
