@@ -466,22 +466,23 @@ async def run_batches(
             bar = stack.enter_context(tqdm(total=total, desc=f"rollout {names}", unit="ep", file=sys.stderr))
 
         tasks: list[asyncio.Future[list[Trajectory]]] = []
-        streak: list[Trajectory] = []
+        streak = 0  # episodes in a row that lost their server
         stopped: list[str] = []
 
         def on_done(traj: Trajectory) -> None:
+            nonlocal streak
             done_list.append(traj)
             if writer is not None:
                 writer.write(traj)
             if bar is not None:
                 bar.update(1)
             if traj.status == "error" and traj.error_kind in CONNECTION_ERRORS:
-                streak.append(traj)
+                streak += 1
             else:
-                streak.clear()
-            if stop_after_connection_errors and len(streak) >= stop_after_connection_errors and not stopped:
+                streak = 0
+            if stop_after_connection_errors and streak >= stop_after_connection_errors and not stopped:
                 stopped.append(
-                    f"{len(streak)} episodes in a row lost the connection to their server "
+                    f"{streak} episodes in a row lost the connection to their server "
                     f"({_kind_and_reason(traj.error_kind, traj.reason)})"
                 )
                 for task in tasks:
