@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from envsdk.sandbox.base import Sandbox, SandboxError, SandboxProvider
 
@@ -77,7 +76,9 @@ class SandboxPool:
                 # Back off (up to 30 s) rather than spin when sandboxes cannot start.
                 self._failures += 1
                 logger.warning("sandbox pool: %s", exc)
-                time.sleep(min(30.0, 0.5 * 2 ** min(self._failures, 6)))
+                # Waiting on the condition, not sleeping, lets `close` end the back-off at once.
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed, timeout=min(30.0, 0.5 * 2 ** min(self._failures, 6)))
                 continue
             self._failures = 0
             with self._cond:
