@@ -55,7 +55,7 @@ def render_code_observation(obs: dict[str, Any], previous: dict[str, Any] | None
     tests = meta.get("tests")
     if isinstance(tests, dict):
         lines.append("tests: passed" if tests.get("passed") else f"tests: failed\n{_tail(str(tests.get('output', '')))}")
-    elif previous is not None:
+    else:
         lines.append(f"tests: not run ({meta.get('entry_point', 'the function')} is not defined yet)")
     return "\n".join(lines)
 
