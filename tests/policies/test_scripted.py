@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -216,3 +217,13 @@ def test_parse_frozen_lake_takes_the_last_map_and_skips_finished_games() -> None
 async def test_frozen_lake_oracle_without_a_map_raises_a_parse_error() -> None:
     with pytest.raises(ObservationParseError, match="no FrozenLake map"):
         await FrozenLakeOraclePolicy().act([_user("You reached the goal!")])
+
+
+def test_a_long_line_that_only_looks_like_a_board_row_is_read_in_linear_time() -> None:
+    # Boards are parsed out of transcripts that repeat the agent's own moves: a row label
+    # followed by a run of spaces once took quadratic time (8,000 spaces: 1.2 s). 200,000 spaces
+    # would take minutes that way; read in one pass they take milliseconds.
+    text = "R1" + " " * 200_000 + "x"
+    started = time.perf_counter()
+    assert parse_board(text) is None
+    assert time.perf_counter() - started < 2.0
