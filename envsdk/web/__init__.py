@@ -222,7 +222,9 @@ def mount_web(app: FastAPI, spec: EnvSpec) -> None:
             raise HTTPException(422, detail="expected {'observation': {...}, 'previous': {...} or null}")
         if not isinstance(name, str) or name not in formatters:
             raise HTTPException(422, detail=f"unknown formatter {name!r}; known: {', '.join(sorted(formatters))}")
-        return {"formatter": name, "text": formatters[name](observation, previous)}
+        # A registered formatter is user code: it runs off the event loop like any env call.
+        text = await asyncio.to_thread(formatters[name], observation, previous)
+        return {"formatter": name, "text": text}
 
     if panel is not None:
         if panel.router is not None:
