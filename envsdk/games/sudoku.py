@@ -13,6 +13,8 @@ __all__ = [
     "parse_board",
     "render_board",
     "candidates",
+    "empty_cells",
+    "digits_of",
     "solve",
     "count_filled",
     "MOVE_RE",
@@ -28,10 +30,21 @@ _ROW_RE = re.compile(r"R([1-9])\s" + r"[^1-9.]*([1-9.])" * 9 + r"[^1-9.]*")
 MOVE_RE = re.compile(r"\[(\d+)\s(\d+)\s(\d+)\]")
 _INT_RE = re.compile(r"\d+")
 _CELL_VALUE = {".": 0, **{str(d): d for d in range(1, 10)}}
-_DIGITS = set(range(1, 10))
+_ALL_DIGITS = sum(1 << d for d in range(1, 10))  # bits 1-9
+_DIGITS_OF = tuple(tuple(d for d in range(1, 10) if mask >> d & 1) for mask in range(1 << 10))
 _HEADER = "   C1 C2 C3   C4 C5 C6   C7 C8 C9  "
 _ROW_FORMAT = "R{}  {}  {}  {} |  {}  {}  {} |  {}  {}  {}"
 _SEPARATOR = "   - - - - - - - - - - - - - - - - "
+_CELL_TEXT = {0: ".", **{d: str(d) for d in range(1, 10)}}
+# The whole board as one format string (81 cells), filled in one call.
+_BOARD_FORMAT = "\n".join(
+    [_HEADER]
+    + [
+        line
+        for r in range(9)
+        for line in ([_ROW_FORMAT.format(r + 1, *["{}"] * 9)] + ([_SEPARATOR] if r in (2, 5) else []))
+    ]
+)
 
 
 def parse_board(text: str) -> Board | None:
@@ -54,33 +67,39 @@ def parse_board(text: str) -> Board | None:
 
 def render_board(board: Board) -> str:
     """TextArena's rendering: a column header, ``R1  4  8  . |  9 …`` rows and separators."""
-    lines = [_HEADER]
-    for r in range(9):
-        lines.append(_ROW_FORMAT.format(r + 1, *[str(v) if v else "." for v in board[r]]))
-        if r in (2, 5):
-            lines.append(_SEPARATOR)
-    return "\n".join(lines)
+    return _BOARD_FORMAT.format(*[_CELL_TEXT.get(v) or str(v) for row in board for v in row])
+
+
+def empty_cells(board: Board) -> list[tuple[int, int, int]]:
+    """Each empty cell as ``(row, column, allowed)``, 0-based, in row-major order, where bit
+    ``d`` of ``allowed`` is set when its row, column and box allow the digit ``d`` (1-9).
+
+    The digits each row, column and box holds are gathered once per board, as bit masks: this
+    runs for every hint and every oracle move, and sets per cell cost twice as much."""
+    rows = [0] * 9
+    columns = [0] * 9
+    boxes = [0] * 9
+    empty: list[tuple[int, int, int]] = []
+    for r, row in enumerate(board):
+        for c, value in enumerate(row):
+            if not value:
+                empty.append((r, c, 3 * (r // 3) + c // 3))
+            elif 0 < value < 10:  # any other value fills its cell and rules out no digit
+                bit = 1 << value
+                rows[r] |= bit
+                columns[c] |= bit
+                boxes[3 * (r // 3) + c // 3] |= bit
+    return [(r, c, _ALL_DIGITS & ~(rows[r] | columns[c] | boxes[b])) for r, c, b in empty]
+
+
+def digits_of(allowed: int) -> tuple[int, ...]:
+    """The digits (ascending) whose bits are set in an `empty_cells` mask."""
+    return _DIGITS_OF[allowed]
 
 
 def candidates(board: Board) -> dict[tuple[int, int], set[int]]:
     """For each empty cell (0-based row, column), the digits its row, column and box allow."""
-    # The digits each row, column and box holds, gathered once per board rather than per cell:
-    # this runs for every hint and every oracle move.
-    rows = [set(row) for row in board]
-    columns = [set(column) for column in zip(*board)]
-    boxes = [
-        set(top[bc : bc + 3]).union(middle[bc : bc + 3], bottom[bc : bc + 3])
-        for top, middle, bottom in (board[0:3], board[3:6], board[6:9])
-        for bc in (0, 3, 6)
-    ]
-    result: dict[tuple[int, int], set[int]] = {}
-    for r, row in enumerate(board):
-        box_row = 3 * (r // 3)
-        for c, value in enumerate(row):
-            if value:
-                continue
-            result[(r, c)] = _DIGITS.difference(rows[r], columns[c], boxes[box_row + c // 3])
-    return result
+    return {(r, c): set(_DIGITS_OF[allowed]) for r, c, allowed in empty_cells(board)}
 
 
 def solve(board: Board) -> Board | None:

@@ -110,7 +110,11 @@ class SudokuHints:
 
 
 def _fmt_move(move: Move) -> str:
-    return f"[{move[0]} {move[1]} {move[2]}]"
+    return _MOVE_TEXT.get(move) or f"[{move[0]} {move[1]} {move[2]}]"
+
+
+# Every on-board move's text, made once: moves are rendered for every hint and record each turn.
+_MOVE_TEXT: dict[Move, str] = {(r, c, n): f"[{r} {c} {n}]" for r in range(1, 10) for c in range(1, 10) for n in range(1, 10)}
 
 
 def sudoku_hints(
@@ -125,9 +129,9 @@ def sudoku_hints(
 
     ``tried`` lists distinct moves already tried, in the order first tried.
     """
-    ranked = sorted(game.candidates(board).items(), key=lambda item: (len(item[1]), item[0]))[:pool]
-    guaranteed = tuple((r + 1, c + 1, next(iter(d))) for (r, c), d in ranked if len(d) == 1)[:max_guaranteed]
-    options = tuple((r + 1, c + 1, tuple(sorted(d))) for (r, c), d in ranked if 2 <= len(d) <= 3)[:max_options]
+    ranked = sorted((len(digits), r, c, digits) for r, c, allowed in game.empty_cells(board) for digits in (game.digits_of(allowed),))[:pool]
+    guaranteed = tuple((r + 1, c + 1, digits[0]) for n, r, c, digits in ranked if n == 1)[:max_guaranteed]
+    options = tuple((r + 1, c + 1, digits) for n, r, c, digits in ranked if 2 <= n <= 3)[:max_options]
     return SudokuHints(tried=tuple(dict.fromkeys(tried)), guaranteed=guaranteed, options=options)
 
 
@@ -180,14 +184,18 @@ class SudokuReward:
 
     def summary(self) -> dict[str, float]:
         """Episode-level values: means of the per-step parts, progress, correct, total."""
+        empty_cell = fmean(self.empty_cell) if self.empty_cell else 0.0
+        valid_move = fmean(self.valid_move) if self.valid_move else 0.0
+        repetition = fmean(self.repetition) if self.repetition else 0.0
         return {
-            "empty_cell": fmean(self.empty_cell) if self.empty_cell else 0.0,
-            "valid_move": fmean(self.valid_move) if self.valid_move else 0.0,
-            "repetition": fmean(self.repetition) if self.repetition else 0.0,
+            "empty_cell": empty_cell,
+            "valid_move": valid_move,
+            "repetition": repetition,
             "progress": self.progress,
             "correct": self.correct,
             "format_penalty": self.format_penalty,
-            "total_reward": self.total,
+            # `total`'s sum, in its order, from the means just taken (each turn asks for both).
+            "total_reward": empty_cell + valid_move + repetition + self.progress + self.correct + self.format_penalty,
         }
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from envsdk.games.sudoku import count_filled, parse_board, render_board
+from envsdk.games.sudoku import candidates, count_filled, parse_board, render_board
 from envsdk.schedulers.sudoku import SudokuReward, SudokuScheduler, move_components, sudoku_hints
 
 # A valid solved grid built from the canonical pattern, then shuffled by digit relabelling.
@@ -59,6 +59,42 @@ def test_hinted_cells_carry_exactly_their_candidates(board: list[list[int]]) -> 
         assert len(expected[(r, c)]) <= cutoff
     singles = sorted(k for k, v in expected.items() if len(v) == 1)
     assert [(r, c) for r, c, _ in hints.guaranteed] == singles[: min(5, len(singles), 10)]
+
+
+@pytest.mark.parametrize("board", BOARDS, ids=[f"holes{81 - count_filled(b)}" for b in BOARDS])
+def test_candidates_and_rendering_agree_with_an_independent_route(board: list[list[int]]) -> None:
+    expected = _independent_candidates(board)
+    assert candidates(board) == {(r - 1, c - 1): digits for (r, c), digits in expected.items()}
+    rows = [" ".join(str(v) if v else "." for v in row) for row in board]
+    # TextArena's layout, rebuilt cell by cell: the row label, then cells in boxes of three.
+    drawn = [line for line in render_board(board).splitlines() if line.startswith("R")]
+    assert [line.replace("|", "").split()[1:] for line in drawn] == [row.split() for row in rows]
+    assert parse_board(render_board(board)) == board
+
+
+def test_candidates_ignore_values_outside_one_to_nine() -> None:
+    board = _puzzle(9, 30)
+    odd = [row[:] for row in board]
+    r, c = next((r, c) for r in range(9) for c in range(9) if odd[r][c])
+    odd[r][c] = 12  # a filled cell whose value rules out no digit
+    expected = _independent_candidates(odd)
+    expected = {k: v - {12} for k, v in expected.items()}
+    assert candidates(odd) == {(r - 1, c - 1): digits for (r, c), digits in expected.items()}
+
+
+def test_summary_total_equals_total_for_many_episodes() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(0, 30)
+        reward = SudokuReward(
+            empty_cell=[rng.choice([1.0, -1.0]) for _ in range(n)],
+            valid_move=[rng.choice([1.0, 0.0, -0.5]) for _ in range(n)],
+            repetition=[-float(rng.choice([0, 1, 2, 4, 8, 10])) for _ in range(n)],
+            progress=rng.random(),
+            correct=rng.choice([0.0, 1.0, rng.random()]),
+            format_penalty=rng.choice([0.0, -1.0]),
+        )
+        assert reward.summary()["total_reward"] == reward.total  # bit for bit
 
 
 def test_hints_render_the_three_lines() -> None:
