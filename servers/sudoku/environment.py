@@ -28,6 +28,7 @@ deadline (a game step is game code, and game code never runs on the event loop; 
 
 from __future__ import annotations
 
+import atexit
 import re
 import secrets
 import threading
@@ -160,6 +161,9 @@ def default_board_pool() -> BoardPool:
     with _DEFAULT_POOL_LOCK:
         if _DEFAULT_POOL is None:
             _DEFAULT_POOL = BoardPool()
+            # Stopped before the interpreter finalises: a pool still running then could start a
+            # replacement worker that dies reading its start-up data from a parent gone away.
+            atexit.register(_DEFAULT_POOL.shutdown)
         return _DEFAULT_POOL
 
 

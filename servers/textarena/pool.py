@@ -38,6 +38,7 @@ unpickles its own copy and steps it with those generator states (see
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import itertools
 import logging
@@ -523,4 +524,7 @@ def default_game_pool() -> GamePool:
     with _DEFAULT_POOL_LOCK:
         if _DEFAULT_POOL is None:
             _DEFAULT_POOL = GamePool()
+            # Stopped before the interpreter finalises: a pool still running then could start a
+            # replacement worker that dies reading its start-up data from a parent gone away.
+            atexit.register(_DEFAULT_POOL.shutdown)
         return _DEFAULT_POOL

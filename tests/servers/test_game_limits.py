@@ -262,3 +262,30 @@ def test_the_wordle_refusal_names_every_missing_nltk_resource(tmp_path: Path) ->
     err = done.stderr.strip()
     assert "NLTK data not installed: averaged_perceptron_tagger_eng, words" in err, err
     assert "\n" not in err
+
+
+_EXIT_SCRIPT = """
+import atexit, sys
+seen = {}
+# Registered first, so it runs last: after every exit handler the pools registered.
+atexit.register(lambda: print("stopped", seen["boards"]._stopped, seen["games"]._stopped, flush=True))
+from servers.sudoku.environment import default_board_pool
+from servers.textarena.pool import default_game_pool
+seen["boards"], seen["games"] = default_board_pool(), default_game_pool()
+board = seen["boards"].board("Sudoku-v0", 3, timeout_s=60)
+assert len(board.puzzle) == 9
+print("generated", flush=True)
+"""
+
+
+def test_the_process_wide_game_pools_stop_their_workers_when_the_interpreter_exits() -> None:
+    """A default pool left running at exit could spawn a replacement worker while the
+    interpreter finalises (the child then dies reading its start-up data: an EOFError
+    traceback on the parent's stderr); each default pool stops itself at exit."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT], cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["generated", "stopped", "True", "True"], (done.stdout, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
