@@ -21,13 +21,15 @@ the harness's wall time per episode over the bare loop's (median over the rounds
 sensitive to other load on a shared machine, the extra CPU each arm spends per episode over the
 bare loop's whole CPU per episode (client + server); harness minus scheduler is what the
 evaluation layer itself (tagging, records, run file, pass@k summary) costs. The arms take turns
-going first, round by round.
+going first, round by round, and every round's boards are generated before any arm plays
+(the server keeps them), so no arm pays for generation.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import subprocess
 import sys
@@ -64,6 +66,17 @@ async def bare_episode(url: str, seed: int, policy: SudokuOraclePolicy, gate: as
                 result = await env.step({"message": f"[{move[0]} {move[1]} {move[2]}]"})
                 steps += 1
         return time.perf_counter() - started, steps
+
+
+async def warm_boards(url: str, seeds: list[int], concurrency: int) -> None:
+    """Reset once on every seed (nothing measured), so the server holds their boards."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(seed: int) -> None:
+        async with gate, EnvClient(url) as env:
+            await env.reset(seed=seed, observation_form="compact", rubric="shaped")
+
+    await asyncio.gather(*(one(s) for s in seeds))
 
 
 async def bare_round(url: str, episodes: int, seed: int, concurrency: int) -> tuple[float, list[float], int]:
@@ -133,12 +146,21 @@ def main() -> int:
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit("the Sudoku server did not start")
             time.sleep(0.2)
+        # As `envsdk rollout` does before its episodes (its `_freeze_heap`), for every arm alike:
+        # they share this process, so the heap the collector walks is the same for all of them.
+        gc.collect()
+        gc.freeze()
         arms = ("bare", "scheduler", "harness")
         results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []
         cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}  # (this process, server) per round
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(bare_round(url, opts.concurrency, 10_000, opts.concurrency))  # warm-up
+            # The server generates each seed's board once (TextArena, in its worker processes) and
+            # keeps it: generate every round's boards now, or the arm that goes first in a round
+            # pays for them.
+            asyncio.run(warm_boards(url, [1000 * r + i for r in range(opts.rounds) for i in range(opts.episodes)],
+                                    opts.concurrency))
             for r in range(opts.rounds):
                 seed = 1000 * r
                 measured = {}

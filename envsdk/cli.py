@@ -275,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # top level's, which knows none of the subcommand's options.
             subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         args.command_line = list(argv) if argv is not None else sys.argv[1:]
+        # Run as the `envsdk` program, the process is the command's own (see `rollout`'s heap freeze).
+        args.own_process = argv is None
         # `module:Name` targets, policies and plugins are looked up in the current folder first,
         # as `python -m` and uvicorn do; a console script alone would not see it.
         if os.getcwd() not in sys.path:

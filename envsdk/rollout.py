@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import difflib
+import gc
 import inspect
 import json
 import math
@@ -930,6 +931,8 @@ def rollout_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     finished: list[Trajectory] = []
+    if getattr(args, "own_process", False):
+        _freeze_heap()
     started = time.perf_counter()
     try:
         report = asyncio.run(
@@ -971,6 +974,17 @@ def rollout_command(args: argparse.Namespace) -> int:
         print(f"envsdk rollout: error: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _freeze_heap() -> None:
+    """Take what is alive before the episodes (modules, the policy and its model, the planned run:
+    all kept until the run ends) out of the cyclic collector's walks. With dozens of episodes in
+    flight the collector runs full passes often, and each one walked that whole heap again (about
+    an eighth of the rollout process's CPU per Sudoku episode, `bench/eval_overhead.py`). Done only
+    when the process is the `envsdk` program's own: a caller of `envsdk.cli.main` keeps its
+    collector as it is."""
+    gc.collect()
+    gc.freeze()
 
 
 def _one_line(exc: BaseException) -> str:
