@@ -15,7 +15,6 @@ and every sandbox call has its own (shorter) deadline inside.
 
 from __future__ import annotations
 
-import ast
 import random
 import secrets
 import uuid
@@ -261,8 +260,13 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
 
 
 def _compiles(code: str) -> bool:
+    """Whether `code` compiles, as the sandbox's ``exec(compile(...))`` will find: the compiler's
+    own errors (``return`` outside a function) count, and a program nested too deeply to compile
+    is an answer, not an error. Compiled to bytecode, never to `ast` objects: `ast.parse` keeps
+    a process-wide depth counter while it builds them (CPython 3.11), and two lane threads
+    parsing at once could fail with ``SystemError: AST constructor recursion depth mismatch``."""
     try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):
+        compile(code, "<solution>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError):
         return False
     return True
