@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +26,23 @@ from envsdk.testing import free_port, stop_process
 
 REPO = Path(os.environ.get("ENVSDK_REPO") or Path(__file__).resolve().parents[2])
 ENVSDK = Path(os.environ.get("ENVSDK_CLI") or Path(sys.executable).with_name("envsdk"))
+
+def start_interruptible(command: list[str], **options: Any) -> subprocess.Popen[str]:
+    """``subprocess.Popen(command, **options)`` for a child a test presses Ctrl-C on (SIGINT).
+
+    A child inherits an ignored SIGINT, and Python then never installs its KeyboardInterrupt
+    handler. A test run started in the background of a non-interactive shell (``bash .ci/run &``)
+    ignores SIGINT, so its children ran on through the Ctrl-C and finished with status 0. Here
+    the child starts while SIGINT is handled (exec resets a handled signal to its default)."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, **options)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 
 #: The env a README reader writes: the README's snippet with its `...` bodies filled in.
 FILLED_BODIES = {

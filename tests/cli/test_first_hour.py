@@ -19,6 +19,7 @@ from tests.cli.conftest import (
     ServeFn,
     assert_one_line_error,
     envsdk,
+    start_interruptible,
     user_env,
 )
 
@@ -253,7 +254,7 @@ def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder
 
 
 def test_10_ctrl_c_prints_the_finished_episodes_summary_without_tracebacks(folder: Path) -> None:
-    proc = subprocess.Popen(
+    proc = start_interruptible(
         [str(ENVSDK), "rollout", "--env", "sudoku", "--episodes", "400", "--concurrency", "2", "--no-progress"],
         cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group: SIGINT reaches it all, as from a terminal

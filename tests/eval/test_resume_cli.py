@@ -15,7 +15,7 @@ import pytest
 
 from envsdk.evaluate import recover_torn_tail
 from envsdk.testing import stop_process
-from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, user_env
+from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, start_interruptible, user_env
 from tests.eval.conftest import by_pair, comparable, records
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,8 +62,8 @@ def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(wor
         # moment later: before the first record, between records, or while one is being written.
         how = signal.SIGINT if trial % 3 == 2 else signal.SIGKILL
         args = _rollout_args(url, out.name) + (["--resume"] if trial else [])
-        proc = subprocess.Popen([str(ENVSDK), *args], cwd=workdir, env=user_env(), text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = start_interruptible([str(ENVSDK), *args], cwd=workdir, env=user_env(), text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         had = _lines(out)
         try:
             # after 0 to all-but-one of the records still missing
