@@ -199,13 +199,18 @@ def attack_once(attack: str, served: Served, honest: Honest, try_no: int) -> tup
     time.sleep(max(0.0, started + window - time.monotonic()))
     assert honest.errors == []
     assert server.memory_info().rss - rss_before < 200 << 20
-    # Nothing of the attacker's sandbox remains, seen from the host.
+    # Nothing of the attacker's sandbox remains, seen from the host. The server closes the
+    # sandbox after the session ends: its last processes are killed, then its workspace removed,
+    # so both are waited for (a fork bomb's last processes went a moment before the folder).
+    workspace = box.slot.workspace
     deadline = time.monotonic() + 15
-    while processes_of(box.uid, box.pid) and time.monotonic() < deadline:
+    while (processes_of(box.uid, box.pid) or (workspace is not None and workspace.exists())) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     assert processes_of(box.uid, box.pid) == []
-    if box.slot.workspace is not None:
-        assert not box.slot.workspace.exists()
+    if workspace is not None:
+        assert not workspace.exists()
     return honest.rate(started, started + window), honest.rate(started - 2 * window, started)
 
 
