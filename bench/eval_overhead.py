@@ -1,6 +1,6 @@
 """What the evaluation harness costs per episode, against a bare loop over the same env client.
 
-    .venv/bin/python -m bench.eval_overhead [--episodes 128] [--concurrency 64] [--rounds 5]
+    .venv/bin/python -m bench.eval_overhead [--episodes 128] [--concurrency 64] [--rounds 5] [--no-freeze]
 
 One Sudoku server (``python -m servers.sudoku``, its own process) serves both arms, which take
 turns round by round on the same seeds, `--concurrency` episodes at a time, the oracle playing:
@@ -128,6 +128,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="leave the collector walking the whole heap (what the freeze saves)")
     opts = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -148,8 +150,9 @@ def main() -> int:
             time.sleep(0.2)
         # As `envsdk rollout` does before its episodes (its `_freeze_heap`), for every arm alike:
         # they share this process, so the heap the collector walks is the same for all of them.
-        gc.collect()
-        gc.freeze()
+        if not opts.no_freeze:
+            gc.collect()
+            gc.freeze()
         arms = ("bare", "scheduler", "harness")
         results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []
