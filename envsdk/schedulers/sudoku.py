@@ -129,10 +129,24 @@ def sudoku_hints(
 
     ``tried`` lists distinct moves already tried, in the order first tried.
     """
-    ranked = sorted((len(digits), r, c, digits) for r, c, allowed in game.empty_cells(board) for digits in (game.digits_of(allowed),))[:pool]
-    guaranteed = tuple((r + 1, c + 1, digits[0]) for n, r, c, digits in ranked if n == 1)[:max_guaranteed]
-    options = tuple((r + 1, c + 1, digits) for n, r, c, digits in ranked if 2 <= n <= 3)[:max_options]
-    return SudokuHints(tried=tuple(dict.fromkeys(tried)), guaranteed=guaranteed, options=options)
+    # One int per cell, ordered as (candidate count, row, column) and carrying the cell's mask in
+    # its low bits: ints sort in C, and only the `pool` cells kept are taken apart again.
+    ranked = sorted([_COUNT[allowed] << 18 | r << 14 | c << 10 | allowed for r, c, allowed in game.empty_cells(board)])
+    guaranteed: list[Move] = []
+    options: list[tuple[int, int, tuple[int, ...]]] = []
+    for key in ranked[:pool]:
+        n, r, c, digits = key >> 18, (key >> 14 & 15) + 1, (key >> 10 & 15) + 1, game.digits_of(key & 1023)
+        if n == 1:
+            guaranteed.append((r, c, digits[0]))
+        elif 2 <= n <= 3:
+            options.append((r, c, digits))
+    return SudokuHints(
+        tried=tuple(dict.fromkeys(tried)), guaranteed=tuple(guaranteed[:max_guaranteed]), options=tuple(options[:max_options])
+    )
+
+
+# How many digits each `empty_cells` mask allows (masks use bits 1-9, so below 1024).
+_COUNT = tuple(bin(mask).count("1") for mask in range(1 << 10))
 
 
 # ---------------------------------------------------------------- reward
@@ -280,7 +294,10 @@ def _transcript(obs: dict[str, Any]) -> str:
 
 def _structured_board(value: Any) -> Board | None:
     if isinstance(value, list) and len(value) == 9 and all(isinstance(row, list) and len(row) == 9 for row in value):
-        return [[int(v or 0) for v in row] for row in value]
+        try:  # a server's cells are ints: converted in C
+            return [list(map(int, row)) for row in value]
+        except (TypeError, ValueError):  # None or "" for an empty cell
+            return [[int(v or 0) for v in row] for row in value]
     return None
 
 
