@@ -53,7 +53,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from multiprocessing import get_context
+from multiprocessing import get_context, resource_tracker
 from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
@@ -73,7 +73,10 @@ QUEUED_PER_WORKER = 64
 def _worker_main(conn: Connection, preload: tuple[str, ...]) -> None:
     """A worker process: import `preload`, say it is ready, then run each ``(fn, args)``
     received and send back ``(ok, value)``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C is the parent's to handle. The parent started this process with SIGINT blocked
+    # (`_Worker`), so none could arrive before this line: ignore it from now on, then unblock it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     for module in preload:
         try:
             importlib.import_module(module)
@@ -119,7 +122,18 @@ class _Worker:
         self.process = get_context("spawn").Process(
             target=_worker_main, args=(child, preload), name=name, daemon=True
         )
-        self.process.start()
+        # The new interpreter inherits this thread's signal mask: with SIGINT blocked it cannot be
+        # interrupted while it imports its start-up code, whichever thread starts it (a server's
+        # own, a replacement's), by a Ctrl-C at the terminal, which reaches the whole process
+        # group and is the parent's to answer. The start launches multiprocessing's resource
+        # tracker if it is not running, and that launch unblocks SIGINT in this thread when it
+        # is done: launched first, it leaves the mask alone.
+        resource_tracker.ensure_running()
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         child.close()
         self.task: _Task | None = None
         self.ready = False  # until the process has started and imported what it preloads
@@ -264,20 +278,10 @@ class WorkerPool:
     # ------------------------------------------------------------ processes
 
     def warm(self) -> None:
-        """Start every worker process now instead of on the first tasks.
-
-        Called from the main thread, the workers are started with SIGINT ignored, which they
-        keep from their first instruction: a Ctrl-C at the terminal (sent to the whole process
-        group) then never interrupts a worker still importing, and the parent, which stops
-        them, answers it alone."""
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:
-            with self._lock:
-                self._start_locked()
-        finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+        """Start every worker process now instead of on the first tasks (from any thread: a
+        worker ignores Ctrl-C from its first instruction, see `_Worker`)."""
+        with self._lock:
+            self._start_locked()
 
     def _start_locked(self) -> None:
         if self._stopped:

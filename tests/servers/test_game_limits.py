@@ -289,3 +289,38 @@ def test_the_process_wide_game_pools_stop_their_workers_when_the_interpreter_exi
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["generated", "stopped", "True", "True"], (done.stdout, done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+_THREAD_START_SCRIPT = """
+import os, signal, threading, time
+from servers.textarena.pool import WorkerPool
+
+pool = WorkerPool(workers=2)
+started = threading.Thread(target=pool.warm)  # a server's startup runs in a thread of its own
+started.start()
+started.join()
+pids = [worker.process.pid for worker in pool._pool]
+# Ctrl-C at a terminal reaches the whole process group: here, each worker while it still
+# imports its start-up code, again and again for a second.
+until = time.monotonic() + 1.0
+while time.monotonic() < until:
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.02)
+print(pool.generate("k", "kind", os.getpid, timeout_s=60) != os.getpid(), flush=True)
+print(sorted(w.process.pid for w in pool._pool if w.process.is_alive()) == sorted(pids), flush=True)
+pool.shutdown()
+"""
+
+
+def test_workers_started_from_any_thread_ignore_ctrl_c_from_their_first_instruction() -> None:
+    """A server starts its game workers in its own thread (an embedded server, a replacement
+    worker): they must not die of a Ctrl-C meant for the parent while they start (a
+    KeyboardInterrupt traceback from the worker's start-up imports, and a worker lost)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _THREAD_START_SCRIPT], cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"], (done.stdout, done.stderr[-3000:])
+    assert "KeyboardInterrupt" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
