@@ -26,7 +26,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
@@ -60,6 +61,8 @@ __all__ = [
     "rollout_command",
     "main",
 ]
+
+_T = TypeVar("_T")
 
 SUDOKU = "sudoku"
 CODING = "coding"
@@ -415,6 +418,29 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
         yield url
 
 
+async def _enter_off_loop(stack: contextlib.AsyncExitStack, manager: contextlib.AbstractContextManager[_T]) -> _T:
+    """Enter a blocking context manager (a server starting) in a worker thread, and have `stack`
+    exit it in one (the server stopping). Cancelled while the thread is still entering, it waits
+    for the thread and exits the manager before giving up: a server that started anyway is
+    stopped, not left running."""
+    entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
+    try:
+        value = await asyncio.shield(entering)
+    except asyncio.CancelledError:
+        await asyncio.wait([entering])
+        if not entering.cancelled() and entering.exception() is None:
+            await asyncio.to_thread(manager.__exit__, None, None, None)
+        raise
+
+    async def leave(
+        exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        return bool(await asyncio.to_thread(manager.__exit__, exc_type, exc, tb))
+
+    stack.push_async_exit(leave)
+    return value
+
+
 @dataclass
 class Batch:
     """Rows that one scheduler runs with one policy."""
@@ -457,7 +483,7 @@ async def run_batches(
     if total < 1:
         raise ValueError("nothing to run: no episodes")
     done_list = finished if finished is not None else []
-    with contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         writer = stack.enter_context(TrajectoryWriter(out, record, append=append)) if out is not None else None
         bar = None
         if progress:
@@ -491,16 +517,18 @@ async def run_batches(
 
         runs = []
         for batch in batches:
-            url = stack.enter_context(_embedded_server(batch.env, batch.base_url, concurrency))
+            # Starting a server and asking one what it serves block for seconds: in worker
+            # threads, so that the caller's event loop (a trainer's) keeps running meanwhile.
+            url = await _enter_off_loop(stack, _embedded_server(batch.env, batch.base_url, concurrency))
             if url is not None and batch.base_url is None:
                 for request in batch.requests:
                     request.data_dict.setdefault("env_config", {})["base_url"] = url
             sched = (
                 scheduler
                 if isinstance(scheduler, MultiTurnScheduler)
-                else make_scheduler(
-                    batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency, scheduler=scheduler,
-                    formatter=formatter,
+                else await asyncio.to_thread(
+                    make_scheduler, batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency,
+                    scheduler=scheduler, formatter=formatter,
                 )
             )
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
