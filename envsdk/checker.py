@@ -575,6 +575,42 @@ def _is_openenv_model(value: Any, field_name: str) -> bool:
     )
 
 
+class NotAnEnvironmentError(CheckOptionError):
+    """The target is not something check-env can run: not an `Env` class, nor an `Environment`
+    class, nor a factory callable with no arguments."""
+
+
+def _is_environment_class(cls: type) -> bool:
+    return issubclass(cls, Environment) or any(
+        klass.__name__ == "Environment" and (klass.__module__ or "").startswith("openenv.") for klass in cls.__mro__
+    )
+
+
+def _check_is_factory(target: Any) -> None:
+    """Refuse, before anything runs, a target that cannot make environments: a class other than
+    an environment (an action, an observation), or a callable that needs arguments (an ASGI app
+    such as ``create_app``'s, which takes ``scope, receive, send``)."""
+    name = _name_of(target)
+    if isinstance(target, type):
+        if not _is_environment_class(target):
+            bases = ", ".join(k.__name__ for k in target.__mro__[1:-1][:3]) or "object"
+            raise NotAnEnvironmentError(
+                f"{name} is a class ({bases}), not an environment: name an Env or Environment class,"
+                " or a function that returns an Environment"
+            )
+        return
+    try:
+        inspect.signature(target).bind()
+    except TypeError:
+        raise NotAnEnvironmentError(
+            f"{name} ({type(target).__name__}) cannot be called without arguments, so it is not an environment"
+            " factory (an app built by create_app is served with `envsdk serve`, not checked): name the"
+            " Environment class, or a function that returns one"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let the call say
+        return
+
+
 def _is_environment(value: Any) -> bool:
     """An envsdk `Environment`, or an OpenEnv one (which `create_app` serves as well)."""
     if isinstance(value, Environment):
@@ -936,6 +972,7 @@ async def _check(
             target, report, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies
         )
     elif callable(target):
+        _check_is_factory(target)
         report = CheckReport(_name_of(target), "Environment")
         await _check_server_environment(
             target, report, seed=seed, concurrency=concurrency, max_steps=max_steps, replies=replies,

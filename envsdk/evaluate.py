@@ -427,6 +427,8 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     rollouts = int(getattr(args, "rollouts_per_example", 1))
     if rollouts < 1:
         raise EvalError(f"--rollouts-per-example must be >= 1, got {rollouts}")
+    if args.resume and getattr(args, "overwrite", False):
+        raise EvalError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     out = Path(args.out) if args.out else None
     if out is None and args.resume:
         raise EvalError("--resume continues the run in --out FILE; give --out")

@@ -91,13 +91,18 @@ def check_env_servers(urls: Sequence[str], concurrency: int, env_names: Mapping[
             continue
         base = _http_base(url)
         try:
-            _, health = _get(base + "/health")
+            health_status, health = _get(base + "/health")
         except OSError as exc:
             reason = getattr(exc, "reason", exc)
             raise PreflightError(
                 f"no environment server answers at {base} ({reason}): start it (e.g. `envsdk serve "
                 "my_module:MyEnv --port 8000`, `python -m servers.sudoku --port 8000`) or fix --base-url"
             ) from None
+        if health_status not in (200, 401):  # 401: a token is asked for (said below)
+            raise PreflightError(
+                f"{base}/health answered HTTP {health_status}: no environment server is at that address"
+                " (one answers 200 there): fix --base-url to the server's root, e.g. http://127.0.0.1:8000"
+            )
         status, body = _get(base + "/metadata", {"Authorization": f"Bearer {token}"} if token else {})
         if status == 401:
             detail = body.get("detail") if isinstance(body, dict) else None

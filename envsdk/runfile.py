@@ -30,8 +30,13 @@ __all__ = ["RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "optio
 
 #: The table of a written run file that names the run; it is not an option.
 RUN_TABLE = "run"
-# Options that describe how this invocation behaves, not what the run is.
-_NOT_RECORDED = frozenset({"help", "config", "resume", "overwrite"})
+# Options that only the command line can give: which file to read, and whether to continue the
+# run that file describes.
+_COMMAND_LINE_ONLY = frozenset({"help", "config", "resume"})
+# Options a run file may give but a written one leaves out: how one invocation behaves
+# (``overwrite``), and secrets (the API key: the file lies beside records that get shared; a
+# resumed or repeated run takes it from the command line or ``$OPENAI_API_KEY`` again).
+_NOT_WRITTEN = frozenset({"overwrite", "api_key"})
 
 
 class RunFileError(ValueError):
@@ -57,10 +62,10 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """The parser's long options by destination name."""
+    """The parser's long options a run file may give, by destination name."""
     found: dict[str, argparse.Action] = {}
     for action in parser._actions:  # argparse has no public list of its actions
-        if action.dest in _NOT_RECORDED or action.dest == argparse.SUPPRESS:
+        if action.dest in _COMMAND_LINE_ONLY or action.dest == argparse.SUPPRESS:
             continue
         if any(s.startswith("--") for s in action.option_strings):
             found[action.dest] = action
@@ -107,6 +112,8 @@ def options_from(document: Mapping[str, Any], parser: argparse.ArgumentParser, w
             continue
         dest = key.replace("-", "_")
         action = actions.get(dest)
+        if dest in _COMMAND_LINE_ONLY - {"help"}:
+            raise RunFileError(f"{where}: {key!r} cannot come from a run file: give --{dest} on the command line")
         if action is None:
             known = sorted(d.replace("_", "-") for d in actions)
             close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
@@ -154,12 +161,16 @@ def write_run_file(
     path: str | Path, args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]
 ) -> Path:
     """Write every option of `parser` as resolved in `args` (unset ones left out: TOML has no
-    null) and the `run` table to `path`, atomically (a reader sees the old file or the new one)."""
+    null; ``overwrite`` and the API key never written) and the `run` table to `path`, atomically
+    (a reader sees the old file or the new one)."""
     target = Path(path)
     lines = ["# The resolved `envsdk rollout` options of this run; `envsdk rollout --config FILE` repeats it.", ""]
     for dest in _options(parser):
         value = getattr(args, dest, None)
-        if value is None:
+        if dest == "api_key" and value is not None:
+            lines.append("# api-key: given, not written (a secret): give --api-key again or set $OPENAI_API_KEY")
+            continue
+        if value is None or dest in _NOT_WRITTEN:
             continue
         if isinstance(value, dict) and _has_none(value):
             # TOML has no null: such a table goes in as the JSON text the option also accepts.

@@ -137,6 +137,11 @@ if __name__ == "__main__":
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     cli = parser.parse_args()
-    import uvicorn
+    from envsdk.cli import missing_extra
+    from envsdk.server import serve
 
-    uvicorn.run(create_ledger_app(), host=cli.host, port=cli.port)  # type: ignore[arg-type]
+    try:
+        ledger = create_ledger_app()
+    except ImportError as exc:  # the [mcp] extra is not installed: say which command installs it
+        raise SystemExit(f"ledger_tools: error: {missing_extra(exc) or exc}") from None
+    serve(ledger, host=cli.host, port=cli.port)

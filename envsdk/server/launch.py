@@ -56,7 +56,7 @@ def serve(
     raised to the hard one (`raise_open_files_limit`), and the first SIGTERM or SIGINT drains it
     (see `envsdk.server.app`: requests in flight finish within ``drain_timeout_s``, clients
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
-    SIGINT stops waiting. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
+    SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
     A port another socket listens on raises `PortInUseError` before the app starts.
@@ -82,12 +82,14 @@ def serve(
     uv_config = uvicorn.Config(app_or_target, host=host, port=port, log_level=log_level, **uvicorn_kwargs)
     redact_secrets_in_logs()  # after uvicorn.Config, which (re)configures its loggers
     route_envsdk_logs(log_level)
-    if drain is None:
-        uvicorn.Server(uv_config).run()
-        return
-    server = DrainingServer(uv_config, drain)
-    server.run()
-    if not server.started:
+    server = uvicorn.Server(uv_config) if drain is None else DrainingServer(uv_config, drain)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn raises the signal it caught again once it has shut down (drained, for an envsdk
+        # app): the server stopped as asked, so exit as an interrupted program does, quietly.
+        sys.exit(130)
+    if drain is not None and not server.started:
         sys.exit(3)  # uvicorn.run's exit status when startup fails
 
 
