@@ -92,7 +92,13 @@ async def test_a_run_cancelled_at_any_moment_stops_the_server_it_started(after_s
 
     from envsdk.policies import SudokuOraclePolicy
 
+    # Other tests in this process may keep servers and pools of their own: only this run's count.
     before = _uvicorn_threads()
+    children = {p.pid for p in multiprocessing.active_children()}
+
+    def new_children() -> list[int]:
+        return [p.pid for p in multiprocessing.active_children() if p.pid not in children]
+
     batch = Batch("sudoku", make_requests("sudoku", 4, 0), SudokuOraclePolicy())
     work = asyncio.ensure_future(run_batches([batch], concurrency=2, progress=False))
     await asyncio.sleep(after_s)
@@ -100,10 +106,10 @@ async def test_a_run_cancelled_at_any_moment_stops_the_server_it_started(after_s
     with pytest.raises(asyncio.CancelledError):
         await work
     deadline = time.monotonic() + 20
-    while (_uvicorn_threads() - before or multiprocessing.active_children()) and time.monotonic() < deadline:
+    while (_uvicorn_threads() - before or new_children()) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert _uvicorn_threads() - before == set(), "the run's server thread is still running"
-    assert multiprocessing.active_children() == [], "the run's board workers are still running"
+    assert new_children() == [], "the run's board workers are still running"
 
 
 async def test_a_manager_still_entering_when_cancelled_is_exited_once_it_has_entered() -> None:
