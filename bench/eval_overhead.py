@@ -47,11 +47,17 @@ from envsdk.games.sudoku import parse_move
 from envsdk.policies import SudokuOraclePolicy
 from envsdk.records import quantile
 from envsdk.rollout import Batch, add_rollout_parser, make_requests, run_batches
+from envsdk.schedulers import SudokuScheduler
 from envsdk.testing import free_port, stop_process
 
 
-async def bare_episode(url: str, seed: int, policy: SudokuOraclePolicy, gate: asyncio.Semaphore) -> tuple[float, int]:
-    """One game through the client alone; (seconds, steps)."""
+async def bare_episode(
+    url: str, seed: int, policy: SudokuOraclePolicy, gate: asyncio.Semaphore, text: bool = False
+) -> tuple[float, int]:
+    """One game through the client alone; (seconds, steps). With `text`, each observation is
+    drawn as the text a model reads (board and hints) and the oracle reads the board back from it,
+    as it does under the scheduler; else the oracle gets the structured board."""
+    render = SudokuScheduler().format_observation
     async with gate:
         started = time.perf_counter()
         steps = 0
@@ -59,7 +65,11 @@ async def bare_episode(url: str, seed: int, policy: SudokuOraclePolicy, gate: as
             result = await env.reset(seed=seed, observation_form="compact", rubric="shaped")
             while not result.done:
                 observation: Any = result.observation
-                reply = await policy.act([{"role": "user", "content": "", "board": observation["board"]}])
+                if text:
+                    message = {"role": "user", "content": render(observation)}
+                else:
+                    message = {"role": "user", "content": "", "board": observation["board"]}
+                reply = await policy.act([message])
                 move = parse_move(reply)
                 if move is None:
                     raise RuntimeError(f"the oracle gave no move: {reply!r}")
@@ -79,11 +89,13 @@ async def warm_boards(url: str, seeds: list[int], concurrency: int) -> None:
     await asyncio.gather(*(one(s) for s in seeds))
 
 
-async def bare_round(url: str, episodes: int, seed: int, concurrency: int) -> tuple[float, list[float], int]:
+async def bare_round(
+    url: str, episodes: int, seed: int, concurrency: int, text: bool = False
+) -> tuple[float, list[float], int]:
     gate = asyncio.Semaphore(concurrency)
     policy = SudokuOraclePolicy()
     started = time.perf_counter()
-    done = await asyncio.gather(*(bare_episode(url, seed + i, policy, gate) for i in range(episodes)))
+    done = await asyncio.gather(*(bare_episode(url, seed + i, policy, gate, text) for i in range(episodes)))
     return time.perf_counter() - started, [s for s, _ in done], sum(n for _, n in done)
 
 
@@ -153,9 +165,10 @@ def main() -> int:
         if not opts.no_freeze:
             gc.collect()
             gc.freeze()
-        arms = ("bare", "scheduler", "harness")
+        arms = ("bare", "bare_text", "scheduler", "harness")
         results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []
+        text_ratios: list[float] = []
         cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}  # (this process, server) per round
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(bare_round(url, opts.concurrency, 10_000, opts.concurrency))  # warm-up
@@ -169,24 +182,28 @@ def main() -> int:
                 measured = {}
                 # Each arm goes first in turn: the arm after another one finds the server warmer
                 # (or busier), so a fixed order would favour one side.
-                for name in arms[r % 3:] + arms[:r % 3]:
+                for name in arms[r % len(arms):] + arms[:r % len(arms)]:
                     mark = (time.process_time(), _cpu_seconds(server.pid))
-                    if name == "bare":
-                        measured[name] = asyncio.run(bare_round(url, opts.episodes, seed, opts.concurrency))
+                    if name in ("bare", "bare_text"):
+                        measured[name] = asyncio.run(
+                            bare_round(url, opts.episodes, seed, opts.concurrency, text=name == "bare_text")
+                        )
                     elif name == "scheduler":
                         measured[name] = asyncio.run(scheduler_round(url, opts.episodes, seed, opts.concurrency))
                     else:
                         out = Path(folder) / f"c{r}.jsonl"
                         measured[name] = asyncio.run(harness_round(url, opts.episodes, seed, opts.concurrency, out))
                     cpu[name].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
-                bare, harness = measured["bare"], measured["harness"]
+                bare, text, harness = measured["bare"], measured["bare_text"], measured["harness"]
                 for name, (wall, lat, steps) in measured.items():
                     walls, lats, total = results[name]
                     walls.append(wall)
                     lats.extend(lat)
                     results[name] = (walls, lats, total + steps)
                 ratios.append(harness[0] / bare[0] - 1)
-                print(f"round {r}: bare {bare[0]:.2f} s, harness {harness[0]:.2f} s ({ratios[-1]:+.1%})", file=sys.stderr)
+                text_ratios.append(harness[0] / text[0] - 1)
+                print(f"round {r}: bare {bare[0]:.2f} s, bare_text {text[0]:.2f} s, harness {harness[0]:.2f} s "
+                      f"({ratios[-1]:+.1%}, {text_ratios[-1]:+.1%})", file=sys.stderr)
     finally:
         stop_process(server)
     n = opts.episodes
@@ -201,14 +218,22 @@ def main() -> int:
     for name, (walls, lats, steps) in results.items():
         mine, server_cpu = per_episode_cpu[name]
         print(_row(name, walls, lats, n, steps // opts.rounds) + f" {mine * 1000:.2f} ms | {server_cpu * 1000:.2f} ms |")
-    bare_cpu = sum(per_episode_cpu["bare"])
-    print(f"\nharness overhead, wall time: {statistics.median(ratios):+.1%} (rounds: {', '.join(f'{x:+.1%}' for x in ratios)})")
-    for name, over in (("scheduler", "bare"), ("harness", "bare"), ("harness", "scheduler")):
+    print()
+    for over, values in (("bare", ratios), ("bare_text", text_ratios)):
+        print(f"harness over {over}, wall time: {statistics.median(values):+.1%} "
+              f"(rounds: {', '.join(f'{x:+.1%}' for x in values)})")
+    pairs = (("bare_text", "bare"), ("scheduler", "bare"), ("harness", "bare"), ("scheduler", "bare_text"),
+             ("harness", "bare_text"), ("harness", "scheduler"))
+    for name, over in pairs:
         extra = per_episode_cpu[name][0] - per_episode_cpu[over][0]
-        print(f"CPU, {name} over {over}: {extra * 1000:+.2f} ms per episode = {extra / bare_cpu:+.1%} of the bare "
-              f"loop's {bare_cpu * 1000:.2f} ms (client + server)")
-    both = sum(per_episode_cpu["harness"]) - bare_cpu
-    print(f"CPU, harness over bare, client + server: {both * 1000:+.2f} ms per episode = {both / bare_cpu:+.1%}")
+        loop = over if over.startswith("bare") else "bare"
+        base = sum(per_episode_cpu[loop])
+        print(f"CPU, {name} over {over}: {extra * 1000:+.2f} ms per episode = {extra / base:+.1%} of the {loop} "
+              f"loop's {base * 1000:.2f} ms (client + server)")
+    for over in ("bare", "bare_text"):
+        base = sum(per_episode_cpu[over])
+        both = sum(per_episode_cpu["harness"]) - base
+        print(f"CPU, harness over {over}, client + server: {both * 1000:+.2f} ms per episode = {both / base:+.1%}")
     return 0
 
 

@@ -613,12 +613,7 @@ def _check_is_factory(target: Any) -> None:
 
 def _is_environment(value: Any) -> bool:
     """An envsdk `Environment`, or an OpenEnv one (which `create_app` serves as well)."""
-    if isinstance(value, Environment):
-        return True
-    return any(
-        klass.__name__ == "Environment" and (klass.__module__ or "").startswith("openenv.")
-        for klass in type(value).__mro__
-    )
+    return _is_environment_class(type(value))
 
 
 _JSON_SAMPLES: dict[str, Any] = {"integer": 1, "number": 1.0, "string": "hello", "boolean": True}

@@ -33,10 +33,11 @@ RUN_TABLE = "run"
 # Options that only the command line can give: which file to read, and whether to continue the
 # run that file describes.
 _COMMAND_LINE_ONLY = frozenset({"help", "config", "resume"})
-# Options a run file may give but a written one leaves out: how one invocation behaves
-# (``overwrite``), and secrets (the API key: the file lies beside records that get shared; a
-# resumed or repeated run takes it from the command line or ``$OPENAI_API_KEY`` again).
-_NOT_WRITTEN = frozenset({"overwrite", "api_key"})
+# Secrets a run file may give but a written one never holds (the file lies beside records that
+# get shared): a resumed or repeated run takes them from the command line or the environment.
+_SECRETS = {"api_key": "give --api-key again or set $OPENAI_API_KEY"}
+# Options a run file may give but a written one leaves out: how one invocation behaves, and secrets.
+_NOT_WRITTEN = frozenset({"overwrite", *_SECRETS})
 
 
 class RunFileError(ValueError):
@@ -167,8 +168,8 @@ def write_run_file(
     lines = ["# The resolved `envsdk rollout` options of this run; `envsdk rollout --config FILE` repeats it.", ""]
     for dest in _options(parser):
         value = getattr(args, dest, None)
-        if dest == "api_key" and value is not None:
-            lines.append("# api-key: given, not written (a secret): give --api-key again or set $OPENAI_API_KEY")
+        if dest in _SECRETS and value is not None:
+            lines.append(f"# {dest.replace('_', '-')}: given, not written (a secret): {_SECRETS[dest]}")
             continue
         if value is None or dest in _NOT_WRITTEN:
             continue

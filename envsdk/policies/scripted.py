@@ -20,6 +20,7 @@ import json
 import random
 import re
 from collections import OrderedDict
+from itertools import chain
 from typing import Any
 
 from envsdk.envs.frozen_lake import DIRECTIONS, shortest_path
@@ -205,7 +206,9 @@ class SudokuOraclePolicy(Policy):
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.cache_size = cache_size
-        self._solutions: OrderedDict[int, Board] = OrderedDict()
+        # Each solution with its 81 digits packed into one int (a byte per cell), so that
+        # recognising a game's board is one masked comparison in C per cached game.
+        self._solutions: OrderedDict[int, tuple[int, Board]] = OrderedDict()
         self._next_key = 0
 
     async def act(self, messages: list[Message]) -> str:
@@ -235,14 +238,18 @@ class SudokuOraclePolicy(Policy):
         )
 
     async def _solution(self, board: Board) -> Board:
-        for key, solution in self._solutions.items():
-            if _agrees(board, solution):
+        cells = bytes(chain.from_iterable(board))  # read boards hold 0-9 only
+        digits, filled = int.from_bytes(cells, "big"), int.from_bytes(cells.translate(_FILLED), "big")
+        # A cached solution agrees with the board when it holds the board's digit in every filled
+        # cell: its packed digits, masked to those cells, are the board's.
+        for key, (packed, solution) in self._solutions.items():
+            if packed & filled == digits:
                 self._solutions.move_to_end(key)
                 return solution
         solved: Board | None = await asyncio.to_thread(solve, board)
         if solved is None:
             raise PolicyError("the Sudoku board has no solution (a filled cell contradicts another)")
-        self._solutions[self._next_key] = solved
+        self._solutions[self._next_key] = (int.from_bytes(bytes(chain.from_iterable(solved)), "big"), solved)
         self._next_key += 1
         if len(self._solutions) > self.cache_size:
             self._solutions.popitem(last=False)
@@ -265,11 +272,8 @@ def _checked_board(value: Any) -> Board:
     return [list(row) for row in value]
 
 
-def _agrees(board: Board, solution: Board) -> bool:
-    """Whether every filled cell of `board` holds the digit `solution` has there."""
-    return all(
-        v == s for row, sol_row in zip(board, solution) for v, s in zip(row, sol_row) if v
-    )
+# A byte per cell: 0 (empty) stays 0, a digit becomes 0xFF (the filled cells' mask).
+_FILLED = bytes([0] + [0xFF] * 255)
 
 
 class FrozenLakeView:

@@ -163,11 +163,13 @@ class MultiTurnScheduler(abc.ABC):
             if callable(for_episode):
                 policy = for_episode(trajectory.request)
             await self.on_trajectory_start(trajectory)
+            conversation: list[dict[str, Any]] = []
             for turn in range(1, self.max_turns + 1):
                 asked = time.perf_counter()
-                conversation = [dict(m) for m in trajectory.messages]
+                conversation = _conversation(conversation, trajectory.messages)
                 act_ex = getattr(policy, "act_ex", None)
-                output = await (act_ex(conversation) if callable(act_ex) else policy.act(conversation))
+                # A list of its own too: a policy may keep or extend the one it was given.
+                output = await (act_ex(list(conversation)) if callable(act_ex) else policy.act(list(conversation)))
                 policy_s += time.perf_counter() - asked
                 text, finish_reason = completion_of(output)
                 _record_tokens(trajectory, output, turn)
@@ -209,6 +211,16 @@ class MultiTurnScheduler(abc.ABC):
             trajectory.timings["policy_s"] = policy_s
             trajectory.timings["env_s"] = sum(s.duration_s for s in trajectory.steps)
         return trajectory
+
+
+def _conversation(given: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the policy gets this turn: its own copy of every message, so nothing it does to them
+    reaches the trajectory's. Last turn's copies are kept while they still equal the messages
+    (compared in C); only the new messages are copied, not the whole conversation every turn."""
+    if given != messages[: len(given)]:  # the policy changed its copies, or a hook the messages
+        given = []
+    given.extend([dict(m) for m in messages[len(given) :]])
+    return given
 
 
 def _record_tokens(trajectory: Trajectory, output: Any, turn: int) -> None:

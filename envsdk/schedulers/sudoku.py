@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from statistics import fmean
+from math import fsum
 from typing import Any, Literal
 
 from envsdk.errors import ServerError
@@ -184,13 +184,10 @@ class SudokuReward:
 
     @property
     def total(self) -> float:
-        def mean(values: list[float]) -> float:
-            return fmean(values) if values else 0.0
-
         return (
-            mean(self.empty_cell)
-            + mean(self.valid_move)
-            + mean(self.repetition)
+            _mean(self.empty_cell)
+            + _mean(self.valid_move)
+            + _mean(self.repetition)
             + self.progress
             + self.correct
             + self.format_penalty
@@ -198,9 +195,9 @@ class SudokuReward:
 
     def summary(self) -> dict[str, float]:
         """Episode-level values: means of the per-step parts, progress, correct, total."""
-        empty_cell = fmean(self.empty_cell) if self.empty_cell else 0.0
-        valid_move = fmean(self.valid_move) if self.valid_move else 0.0
-        repetition = fmean(self.repetition) if self.repetition else 0.0
+        empty_cell = _mean(self.empty_cell)
+        valid_move = _mean(self.valid_move)
+        repetition = _mean(self.repetition)
         return {
             "empty_cell": empty_cell,
             "valid_move": valid_move,
@@ -211,6 +208,12 @@ class SudokuReward:
             # `total`'s sum, in its order, from the means just taken (each turn asks for both).
             "total_reward": empty_cell + valid_move + repetition + self.progress + self.correct + self.format_penalty,
         }
+
+
+def _mean(values: list[float]) -> float:
+    """`statistics.fmean`'s value (an exact sum over the count; 0 for none) without its checks:
+    it runs several times a turn."""
+    return fsum(values) / len(values) if values else 0.0
 
 
 # ---------------------------------------------------------------- episode state
@@ -329,6 +332,7 @@ class SudokuScheduler(OpenEnvScheduler):
         super().__init__(**kwargs)
         self.observation_form = observation_form
         self.server_rewards = server_rewards
+        self._parse_action_overridden = type(self).parse_action is not SudokuScheduler.parse_action
 
     # ------------------------------------------------------------ overridable
 
@@ -442,7 +446,8 @@ class SudokuScheduler(OpenEnvScheduler):
             state.reward.format_penalty = -1.0
             trajectory.reason = f"unparseable reply (no [row column number]): {response_text[:80]!r}"
             return self._finish_turn(trajectory, state, done=True, extra={"unparseable_reply": True})
-        action = self.parse_action(response_text)
+        # The move just read is the action, unless a subclass says otherwise (no second parse).
+        action = self.parse_action(response_text) if self._parse_action_overridden else {"message": _fmt_move(move)}
         result, duration = await self.env_step(trajectory, action)
         obs = self.episode(trajectory).observation
         reading = self._read(obs, state.transcript_len)

@@ -134,6 +134,24 @@ async def test_sudoku_oracle_solves_once_per_game() -> None:
     assert len(policy._solutions) == 1
 
 
+@pytest.mark.parametrize("cache_size", [256, 2])
+async def test_sudoku_oracle_keeps_interleaved_games_apart(cache_size: int) -> None:
+    """Boards of three games with different solutions, one move of each in turn: every reply is
+    right for its own game, whatever the cache keeps (a game dropped from it is solved again)."""
+    relabel = [(1, 2, 3, 4, 5, 6, 7, 8, 9), (2, 3, 4, 5, 6, 7, 8, 9, 1), (9, 8, 7, 6, 5, 4, 3, 2, 1)]
+    solutions = [[[digits[v - 1] for v in row] for row in SOLVED] for digits in relabel]
+    boards = [[[0 if (9 * r + c + g) % 4 == 0 else v for c, v in enumerate(row)] for r, row in enumerate(sol)]
+              for g, sol in enumerate(solutions)]
+    policy = SudokuOraclePolicy(cache_size=cache_size)
+    for _ in range(6):
+        for board, solution in zip(boards, solutions):
+            reply = await policy.act([_user(render_board(board))])
+            r, c, n = (int(g) for g in MOVE_RE.fullmatch(reply).groups())  # type: ignore[union-attr]
+            assert board[r - 1][c - 1] == 0 and n == solution[r - 1][c - 1], reply
+            board[r - 1][c - 1] = n
+    assert len(policy._solutions) == min(cache_size, 3)
+
+
 async def test_sudoku_oracle_without_a_board_raises_a_parse_error() -> None:
     with pytest.raises(ObservationParseError, match="no Sudoku board"):
         await SudokuOraclePolicy().act([_user("hello"), {"role": "assistant", "content": render_board(SOLVED)}])

@@ -135,6 +135,47 @@ async def test_on_trajectory_end_runs_exactly_once_per_trajectory(registry: Regi
     assert sorted(ends) == sorted(t.uuid for t in trajs) and len(ends) == 5
 
 
+async def test_the_policy_gets_its_own_copy_of_the_conversation_each_turn(registry: Registry[Any]) -> None:
+    """A policy that scribbles on the messages it was given, or keeps and extends the list,
+    changes neither the trajectory's messages nor what it is given next turn; a hook that
+    rewrites a message the policy saw before is seen in its new form."""
+    seen: list[list[dict[str, Any]]] = []
+
+    class Scribbler:
+        async def act(self, messages: list[dict[str, Any]]) -> str:
+            seen.append([dict(m) for m in messages])
+            turn = sum(1 for m in messages if m["role"] == "assistant")
+            if turn == 0:
+                messages[-1]["content"] = "scribbled"
+                messages.append({"role": "user", "content": "appended by the policy"})
+            elif turn == 1:
+                messages.pop(0)
+            return f"reply{turn}"
+
+    class Rewriting(GYMScheduler):
+        async def step(self, trajectory: Any, turn_result: Any, turn: int) -> None:
+            await super().step(trajectory, turn_result, turn)
+            if turn == 2:
+                trajectory.messages[1]["content"] = "start (rewritten)"
+
+    [traj] = await Rewriting(registry=registry, max_turns=4).run(_rows(1, steps=4, system="sys"), Scribbler())
+    expected = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "start (rewritten)"},
+        {"role": "assistant", "content": "reply0"},
+        {"role": "user", "content": "obs1 after reply0"},
+        {"role": "assistant", "content": "reply1"},
+        {"role": "user", "content": "obs2 after reply1"},
+        {"role": "assistant", "content": "reply2"},
+        {"role": "user", "content": "obs3 after reply2"},
+        {"role": "assistant", "content": "reply3"},
+    ]
+    assert traj.messages == expected
+    assert seen[0] == [expected[0], {"role": "user", "content": "start"}]
+    assert seen[1] == [expected[0], {"role": "user", "content": "start"}, *expected[2:4]]
+    assert seen[2] == expected[:6] and seen[3] == expected[:8]
+
+
 async def test_max_concurrency_bounds_trajectories_in_flight(registry: Registry[Any]) -> None:
     policy = CountingPolicy(delay_s=0.005)
     await GYMScheduler(registry=registry, max_turns=3).run(_rows(12), policy, max_concurrency=3)

@@ -50,6 +50,32 @@ async def test_oracle_solves_every_episode_with_a_perfect_score(sudoku_url: str)
         assert traj.turns == len(traj.steps) == infos["cells_filled"] >= 20  # Sudoku-v0: ~60 clues
 
 
+async def test_a_subclass_reads_moves_and_builds_actions_its_own_way(sudoku_url: str) -> None:
+    """`parse_move` and `parse_action` overrides decide the move scored and the action sent."""
+    sent: list[str] = []
+
+    class Shifted(SudokuScheduler):
+        def parse_move(self, text: str) -> tuple[int, int, int] | None:
+            r, c, n = (int(x) for x in text.strip("<>").split(","))
+            return r, c, n
+
+        def parse_action(self, text: str) -> dict[str, Any]:
+            sent.append(text)
+            r, c, n = self.parse_move(text) or (0, 0, 0)
+            return {"message": f"[{r} {c} {n}]"}
+
+    oracle = SudokuOraclePolicy()
+
+    class Commas:
+        async def act(self, messages: list[dict[str, Any]]) -> str:
+            return "<" + ",".join((await oracle.act(messages)).strip("[]").split()) + ">"
+
+    [traj] = await Shifted(max_turns=3).run(_rows(sudoku_url, [5]), Commas())
+    assert traj.status == "max_turns" and len(sent) == 3, traj.reason
+    assert [s.info["verdict"] for s in traj.steps] == ["valid"] * 3
+    assert [s.action["message"] for s in traj.steps] == ["[" + t.strip("<>").replace(",", " ") + "]" for t in sent]
+
+
 async def test_messages_show_board_progress_and_hints(sudoku_url: str) -> None:
     traj = await _one(sudoku_url, SudokuOraclePolicy(), max_turns=3)
     assert traj.status == "max_turns"
