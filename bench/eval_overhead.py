@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -52,12 +53,11 @@ from envsdk.testing import free_port, stop_process
 
 
 async def bare_episode(
-    url: str, seed: int, policy: SudokuOraclePolicy, gate: asyncio.Semaphore, text: bool = False
+    url: str, seed: int, policy: SudokuOraclePolicy, gate: asyncio.Semaphore, render: Callable[[Any], str] | None
 ) -> tuple[float, int]:
-    """One game through the client alone; (seconds, steps). With `text`, each observation is
+    """One game through the client alone; (seconds, steps). With `render`, each observation is
     drawn as the text a model reads (board and hints) and the oracle reads the board back from it,
     as it does under the scheduler; else the oracle gets the structured board."""
-    render = SudokuScheduler().format_observation
     async with gate:
         started = time.perf_counter()
         steps = 0
@@ -65,7 +65,7 @@ async def bare_episode(
             result = await env.reset(seed=seed, observation_form="compact", rubric="shaped")
             while not result.done:
                 observation: Any = result.observation
-                if text:
+                if render is not None:
                     message = {"role": "user", "content": render(observation)}
                 else:
                     message = {"role": "user", "content": "", "board": observation["board"]}
@@ -94,8 +94,9 @@ async def bare_round(
 ) -> tuple[float, list[float], int]:
     gate = asyncio.Semaphore(concurrency)
     policy = SudokuOraclePolicy()
+    render = SudokuScheduler().format_observation if text else None
     started = time.perf_counter()
-    done = await asyncio.gather(*(bare_episode(url, seed + i, policy, gate, text) for i in range(episodes)))
+    done = await asyncio.gather(*(bare_episode(url, seed + i, policy, gate, render) for i in range(episodes)))
     return time.perf_counter() - started, [s for s, _ in done], sum(n for _, n in done)
 
 

@@ -238,7 +238,7 @@ class SudokuOraclePolicy(Policy):
         )
 
     async def _solution(self, board: Board) -> Board:
-        cells = bytes(chain.from_iterable(board))  # read boards hold 0-9 only
+        cells = _cells(board)
         digits, filled = int.from_bytes(cells, "big"), int.from_bytes(cells.translate(_FILLED), "big")
         # A cached solution agrees with the board when it holds the board's digit in every filled
         # cell: its packed digits, masked to those cells, are the board's.
@@ -249,7 +249,7 @@ class SudokuOraclePolicy(Policy):
         solved: Board | None = await asyncio.to_thread(solve, board)
         if solved is None:
             raise PolicyError("the Sudoku board has no solution (a filled cell contradicts another)")
-        self._solutions[self._next_key] = (int.from_bytes(bytes(chain.from_iterable(solved)), "big"), solved)
+        self._solutions[self._next_key] = (int.from_bytes(_cells(solved), "big"), solved)
         self._next_key += 1
         if len(self._solutions) > self.cache_size:
             self._solutions.popitem(last=False)
@@ -270,6 +270,11 @@ def _checked_board(value: Any) -> Board:
     if not ok:
         raise ObservationParseError("a message's 'board' must be a 9x9 list of ints from 0 to 9")
     return [list(row) for row in value]
+
+
+def _cells(board: Board) -> bytes:
+    """The board's 81 cells, a byte each (boards read here hold 0-9 only)."""
+    return bytes(chain.from_iterable(board))
 
 
 # A byte per cell: 0 (empty) stays 0, a digit becomes 0xFF (the filled cells' mask).
