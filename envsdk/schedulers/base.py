@@ -162,14 +162,15 @@ class MultiTurnScheduler(abc.ABC):
             for_episode = getattr(policy, "for_episode", None)
             if callable(for_episode):
                 policy = for_episode(trajectory.request)
+            act_ex = getattr(policy, "act_ex", None)
+            act = act_ex if callable(act_ex) else policy.act
             await self.on_trajectory_start(trajectory)
             conversation: list[dict[str, Any]] = []
             for turn in range(1, self.max_turns + 1):
                 asked = time.perf_counter()
                 conversation = _conversation(conversation, trajectory.messages)
-                act_ex = getattr(policy, "act_ex", None)
                 # A list of its own too: a policy may keep or extend the one it was given.
-                output = await (act_ex(list(conversation)) if callable(act_ex) else policy.act(list(conversation)))
+                output = await act(list(conversation))
                 policy_s += time.perf_counter() - asked
                 text, finish_reason = completion_of(output)
                 _record_tokens(trajectory, output, turn)

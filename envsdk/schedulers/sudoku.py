@@ -33,9 +33,10 @@ user message for an observation).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import fsum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from envsdk.errors import ServerError
 from envsdk.games import sudoku as game
@@ -98,9 +99,9 @@ class SudokuHints:
     def render(self) -> str:
         lines = []
         if self.tried:
-            lines.append("MOVES ALREADY TRIED (do not repeat): " + ", ".join(_fmt_move(m) for m in self.tried))
+            lines.append("MOVES ALREADY TRIED (do not repeat): " + ", ".join(map(_fmt_move, self.tried)))
         if self.guaranteed:
-            lines.append("GUARANTEED MOVES (only one option): " + ", ".join(_fmt_move(m) for m in self.guaranteed))
+            lines.append("GUARANTEED MOVES (only one option): " + ", ".join(map(_fmt_move, self.guaranteed)))
         if self.options:
             lines.append(
                 "Other options: "
@@ -109,17 +110,23 @@ class SudokuHints:
         return "\n".join(lines)
 
 
-def _fmt_move(move: Move) -> str:
-    return _MOVE_TEXT.get(move) or f"[{move[0]} {move[1]} {move[2]}]"
+class _MoveText(dict[Move, str]):
+    """Every on-board move's text, made once: moves are rendered for every hint and record each
+    turn, looked up in C. Any other move (a reply may say ``[12 0 5]``) is drawn when asked and
+    not kept, so no reply grows the table."""
+
+    def __missing__(self, move: Move) -> str:
+        return f"[{move[0]} {move[1]} {move[2]}]"
 
 
-# Every on-board move's text, made once: moves are rendered for every hint and record each turn.
-_MOVE_TEXT: dict[Move, str] = {(r, c, n): f"[{r} {c} {n}]" for r in range(1, 10) for c in range(1, 10) for n in range(1, 10)}
+_MOVE_TEXT = _MoveText({(r, c, n): f"[{r} {c} {n}]" for r in range(1, 10) for c in range(1, 10) for n in range(1, 10)})
+#: A move's text, ``[r c n]``.
+_fmt_move = _MOVE_TEXT.__getitem__
 
 
 def sudoku_hints(
     board: Board,
-    tried: list[Move] | tuple[Move, ...] = (),
+    tried: Iterable[Move] = (),
     *,
     pool: int = 10,
     max_guaranteed: int = 5,
@@ -278,12 +285,10 @@ class SudokuEpisode:
         }
 
 
-@dataclass(frozen=True)
-class _Reading:
+class _Reading(NamedTuple):
     board: Board | None
     verdict: Verdict | None
     reason: str | None
-    new_text: str
     transcript_len: int
 
 
@@ -358,7 +363,7 @@ class SudokuScheduler(OpenEnvScheduler):
             if board is None:
                 return super().format_observation(obs, previous=previous)
             return f"Current Sudoku board ('.' = empty):\n{game.render_board(board)}\n\n{sudoku_hints(board).render()}"
-        hints = sudoku_hints(episode.board, list(episode.tried)).render()
+        hints = sudoku_hints(episode.board, episode.tried.keys()).render()
         body = f"Current Sudoku board ('.' = empty):\n{game.render_board(episode.board)}\n\n{hints}"
         if episode.steps == 0:
             return body
@@ -380,7 +385,7 @@ class SudokuScheduler(OpenEnvScheduler):
             said = last.get("verdict")
             verdict: Verdict | None = said if said in ("valid", "invalid", "bad_format") else None
             reason = last.get("reason")
-            return _Reading(board, verdict, str(reason) if reason else None, text, len(text))
+            return _Reading(board, verdict, str(reason) if reason else None, len(text))
         # Cumulative transcript: only what was added since the previous observation is news.
         new_text = text[previous_len:] if len(text) >= previous_len else text
         warned = _WARNING_RE.search(new_text)
@@ -388,7 +393,7 @@ class SudokuScheduler(OpenEnvScheduler):
         if warned:
             found = re.search(r"Reason:\s*(.*?)(?:\s*Please resubmit|$)", new_text, re.IGNORECASE | re.DOTALL)
             reason = found.group(1).strip() if found else None
-        return _Reading(game.parse_board(new_text), "invalid" if warned else None, reason, new_text, len(text))
+        return _Reading(game.parse_board(new_text), "invalid" if warned else None, reason, len(text))
 
     # ------------------------------------------------------------ hooks
 
@@ -526,7 +531,7 @@ class SudokuScheduler(OpenEnvScheduler):
             "total_reward_is": TOTAL_REWARD_IS,
             "step_rewards": trajectory.step_rewards,
             "cells_filled": state.cells_filled,
-            "moves_tried": [_fmt_move(m) for m in state.tried],
+            "moves_tried": list(map(_fmt_move, state.tried)),
             **(extra or {}),
         }
         return {"done": done, "rollout_infos": infos}

@@ -123,6 +123,17 @@ def test_hints_render_the_three_lines() -> None:
     assert all(part.count(" ") == 2 for part in lines[1].split(": ", 1)[1].split(", "))
 
 
+def test_moves_off_the_board_are_drawn_as_written_and_not_kept() -> None:
+    from envsdk.schedulers.sudoku import _MOVE_TEXT
+
+    known = len(_MOVE_TEXT)
+    moves = [(10, 1, 5), (0, 0, 0), (123456789, 2, 3), (1, 1, 5)]
+    text = sudoku_hints(BOARDS[0], moves).render()
+    assert text.splitlines()[0] == "MOVES ALREADY TRIED (do not repeat): [10 1 5], [0 0 0], [123456789 2 3], [1 1 5]"
+    # A reply's odd move is drawn when asked: the table of on-board moves does not grow with replies.
+    assert len(_MOVE_TEXT) == known == 9 * 9 * 9
+
+
 def test_other_options_line_formats_cells_and_digits() -> None:
     board = BOARDS[2]  # 55 holes: plenty of 2- and 3-candidate cells
     hints = sudoku_hints(board)
