@@ -1,0 +1,116 @@
+"""Instructions the rollout process executes per episode in each arm of `bench.eval_overhead`.
+
+    .venv/bin/python -m bench.eval_instructions [--episodes 64] [--arms bare,bare_text,scheduler,harness]
+
+CPU time on a shared machine moves by several percent between two runs of the same work (the
+Sudoku server's CPU time for identical episodes differs that much between the arms of one
+`bench.eval_overhead` run), which is as large as the harness's overhead itself. An instruction
+count does not: valgrind's callgrind counts what the client process executes, the same on every
+run. It needs valgrind (Debian: ``apt install valgrind``).
+
+One Sudoku server (its own process, not counted) holds the boards of seeds 0…N-1. Each arm runs
+in a child process under callgrind twice, for one round and for two rounds of `--episodes`
+episodes, all at once, the oracle playing; the difference over `--episodes` is the arm's
+instructions per episode, without start-up, imports and first-call caches. Instructions are not
+time (a cache miss costs more than an add; system calls are not counted), and the server's
+share of an episode is not in them: compare them with each other, arm against arm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.eval_overhead import bare_round, harness_round, scheduler_round, start_server, warm_boards
+from envsdk.testing import stop_process
+
+ARMS = ("bare", "bare_text", "scheduler", "harness")
+CHILD_TIMEOUT_S = 1800  # one arm's rounds under callgrind: about 2 minutes each on 2 cores
+_TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
+
+
+def play(arm: str, url: str, rounds: int, episodes: int) -> None:
+    """The arm's rounds, as `bench.eval_overhead` plays them, on seeds 0…episodes-1."""
+    gc.collect()
+    gc.freeze()  # as `envsdk rollout` and `bench.eval_overhead` do
+    with tempfile.TemporaryDirectory() as folder:
+        for r in range(rounds):
+            if arm in ("bare", "bare_text"):
+                asyncio.run(bare_round(url, episodes, 0, episodes, text=arm == "bare_text"))
+            elif arm == "scheduler":
+                asyncio.run(scheduler_round(url, episodes, 0, episodes))
+            else:
+                asyncio.run(harness_round(url, episodes, 0, episodes, Path(folder) / f"c{r}.jsonl"))
+
+
+def counted(arm: str, url: str, rounds: int, episodes: int) -> int:
+    """Instructions of a child process playing `rounds` rounds of the arm under callgrind."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+            sys.executable, "-m", "bench.eval_instructions", "--child", arm, url, str(rounds), str(episodes),
+        ]
+        # A fixed hash seed: dict and set orders, and so the work done, are the same on every run.
+        done = subprocess.run(
+            command, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the {arm} arm failed under callgrind:\n{done.stderr[-2000:]}")
+        found = _TOTALS.search(out.read_text())
+        if found is None:
+            raise SystemExit(f"no instruction total in callgrind's output for the {arm} arm")
+        return int(found.group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=64, help="episodes a round, all at once")
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--jobs", type=int, default=2, help="counted processes at once (the counts do not change)")
+    parser.add_argument("--child", nargs=4, metavar=("ARM", "URL", "ROUNDS", "EPISODES"), help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child:
+        arm, url, rounds, episodes = opts.child
+        play(arm, url, int(rounds), int(episodes))
+        return 0
+    arms = opts.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arm(s) {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (Debian: apt install valgrind)")
+    server, url = start_server(opts.episodes)
+    per_episode: dict[str, float] = {}
+    try:
+        asyncio.run(warm_boards(url, list(range(opts.episodes)), opts.episodes))
+        with ThreadPoolExecutor(max(1, opts.jobs)) as pool:
+            runs = {(arm, rounds): pool.submit(counted, arm, url, rounds, opts.episodes) for arm in arms for rounds in (1, 2)}
+            for arm in arms:
+                per_episode[arm] = (runs[arm, 2].result() - runs[arm, 1].result()) / opts.episodes
+                print(f"{arm}: {per_episode[arm] / 1e6:.2f} M instructions per episode", file=sys.stderr)
+    finally:
+        stop_process(server)
+    print(f"\n{opts.episodes} Sudoku-v0 oracle episodes a round, all at once; instructions of the rollout process\n")
+    print("| arm | instructions per episode | over bare | over bare_text |")
+    print("|---|---|---|---|")
+    for arm, count in per_episode.items():
+        cells = [
+            f"{(count - per_episode[loop]) / 1e6:+.2f} M ({count / per_episode[loop] - 1:+.1%})" if loop in per_episode else "-"
+            for loop in ("bare", "bare_text")
+        ]
+        print(f"| {arm} | {count / 1e6:.2f} M | {cells[0]} | {cells[1]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
