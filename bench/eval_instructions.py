@@ -30,7 +30,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.eval_overhead import bare_round, harness_round, scheduler_round, start_server, warm_boards
+from bench.eval_overhead import play_round, start_server, warm_boards
 from envsdk.testing import stop_process
 
 ARMS = ("bare", "bare_text", "scheduler", "harness")
@@ -44,12 +44,7 @@ def play(arm: str, url: str, rounds: int, episodes: int) -> None:
     gc.freeze()  # as `envsdk rollout` and `bench.eval_overhead` do
     with tempfile.TemporaryDirectory() as folder:
         for r in range(rounds):
-            if arm in ("bare", "bare_text"):
-                asyncio.run(bare_round(url, episodes, 0, episodes, text=arm == "bare_text"))
-            elif arm == "scheduler":
-                asyncio.run(scheduler_round(url, episodes, 0, episodes))
-            else:
-                asyncio.run(harness_round(url, episodes, 0, episodes, Path(folder) / f"c{r}.jsonl"))
+            play_round(arm, url, episodes, 0, episodes, Path(folder) / f"c{r}.jsonl")
 
 
 def counted(arm: str, url: str, rounds: int, episodes: int) -> int:

@@ -139,6 +139,17 @@ def _row(name: str, walls: list[float], latencies: list[float], episodes: int, s
             f"{quantile(latencies, 0.99) * 1000:.0f} ms | {steps / episodes:.1f} |")
 
 
+def play_round(
+    arm: str, url: str, episodes: int, seed: int, concurrency: int, out: Path
+) -> tuple[float, list[float], int]:
+    """One round of an arm (`out`: the harness's records); (seconds, episode latencies, steps)."""
+    if arm in ("bare", "bare_text"):
+        return asyncio.run(bare_round(url, episodes, seed, concurrency, text=arm == "bare_text"))
+    if arm == "scheduler":
+        return asyncio.run(scheduler_round(url, episodes, seed, concurrency))
+    return asyncio.run(harness_round(url, episodes, seed, concurrency, out))
+
+
 def start_server(concurrency: int) -> tuple[subprocess.Popen[bytes], str]:
     """A Sudoku server in its own process, once its /health answers; (process, base URL)."""
     port = free_port()
@@ -194,15 +205,8 @@ def main() -> int:
                 # (or busier), so a fixed order would favour one side.
                 for name in arms[r % len(arms):] + arms[:r % len(arms)]:
                     mark = (time.process_time(), _cpu_seconds(server.pid))
-                    if name in ("bare", "bare_text"):
-                        measured[name] = asyncio.run(
-                            bare_round(url, opts.episodes, seed, opts.concurrency, text=name == "bare_text")
-                        )
-                    elif name == "scheduler":
-                        measured[name] = asyncio.run(scheduler_round(url, opts.episodes, seed, opts.concurrency))
-                    else:
-                        out = Path(folder) / f"c{r}.jsonl"
-                        measured[name] = asyncio.run(harness_round(url, opts.episodes, seed, opts.concurrency, out))
+                    out = Path(folder) / f"c{r}.jsonl"
+                    measured[name] = play_round(name, url, opts.episodes, seed, opts.concurrency, out)
                     cpu[name].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
                 bare, text, harness = measured["bare"], measured["bare_text"], measured["harness"]
                 for name, (wall, lat, steps) in measured.items():
