@@ -99,9 +99,12 @@ async def test_a_run_cancelled_at_any_moment_stops_the_server_it_started(after_s
     def new_children() -> list[int]:
         return [p.pid for p in multiprocessing.active_children() if p.pid not in children]
 
-    batch = Batch("sudoku", make_requests("sudoku", 4, 0), SudokuOraclePolicy())
+    # Far more episodes than can finish by the last moment tried (4 of them took under 1.5 s on
+    # an idle machine, and the run then ended before it was cancelled): cancelled mid-run.
+    batch = Batch("sudoku", make_requests("sudoku", 64, 0), SudokuOraclePolicy())
     work = asyncio.ensure_future(run_batches([batch], concurrency=2, progress=False))
     await asyncio.sleep(after_s)
+    assert not work.done(), "the run ended before it was cancelled: it tests nothing"
     work.cancel()
     with pytest.raises(asyncio.CancelledError):
         await work
