@@ -108,12 +108,25 @@ async def ascore(rubric: Any, action: Any, observation: Any) -> Scored:
     return Scored(reward=float(result), parts=_collect(named))
 
 
+_ONLY_STR = {str}
+_ONLY_FLOAT = {float}
+
+
 def components_from(mapping: Mapping[str, Any] | None) -> dict[str, float | None] | None:
     """The parts carried by an observation's ``metadata`` (or a local env's ``info``), or None
     when it carries none. `ValueError` for a field that is not ``{str: number | None}``."""
     if not mapping or REWARD_COMPONENTS not in mapping:
         return None
     value = mapping[REWARD_COMPONENTS]
+    # The usual case, checked in C: str names and float values, all of them finite (a sum of
+    # finite numbers that overflows falls through to the checks below, which accept it).
+    if (
+        type(value) is dict
+        and set(map(type, value)) == _ONLY_STR
+        and set(map(type, value.values())) == _ONLY_FLOAT
+        and math.isfinite(sum(value.values()))
+    ):
+        return dict(value)
     if not isinstance(value, Mapping):
         raise ValueError(f"{REWARD_COMPONENTS} must be an object of name -> number, got {type(value).__name__}")
     parts: dict[str, float | None] = {}

@@ -36,6 +36,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import fsum
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 from envsdk.errors import ServerError
@@ -43,7 +44,7 @@ from envsdk.games import sudoku as game
 from envsdk.games.sudoku import Board
 from envsdk.rewards.parts import REWARD_PARTS, components_from
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
-from envsdk.schedulers.openenv import OpenEnvScheduler
+from envsdk.schedulers.openenv import OpenEnvScheduler, RemoteEpisode
 from envsdk.types import StepResult
 
 __all__ = [
@@ -78,6 +79,9 @@ TOTAL_REWARD_IS = (
     "shaped: mean(empty_cell) + mean(valid_move) + mean(repetition) + progress + correct"
     " + format_penalty (4.0 for a perfect game); step_rewards are the environment's own rewards"
 )
+
+#: The five components of a parts mapping, in `SUDOKU_COMPONENTS`' order (KeyError: one is missing).
+_SUDOKU_PARTS = itemgetter(*SUDOKU_COMPONENTS)
 
 _WARNING_RE = re.compile(r"please resubmit|avoid penalties", re.IGNORECASE)
 
@@ -240,11 +244,19 @@ class SudokuEpisode:
     last_move: Move | None = None
     last_verdict: Verdict | None = None
     last_reason: str | None = None
+    #: Filled cells on `board`, counted once a step (a count over the 81 cells is not free).
+    filled: int = field(init=False)
+    #: `reward.summary()` as of the last step, taken once a step.
+    summary: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.filled = game.count_filled(self.board)
+        self.summary = self.reward.summary()
 
     @property
     def cells_filled(self) -> int:
         """Cells filled since the start of the game."""
-        return game.count_filled(self.board) - self.initial_filled
+        return self.filled - self.initial_filled
 
     def score(
         self, move: Move, verdict: Verdict | None, board_after: Board, reward: float, reason: str | None = None
@@ -257,31 +269,43 @@ class SudokuEpisode:
         """
         parts = move_components(self.board, move, self.tried.get(move, 0), verdict)
         open_cells = 81 - self.initial_filled
-        filled = game.count_filled(board_after) - self.initial_filled
-        progress = max(self.reward.progress, filled / open_cells if open_cells else 1.0)
-        return self.record(move, verdict, board_after, {**parts, "progress": progress, "correct": float(reward)}, reason)
+        filled = game.count_filled(board_after)
+        progress = max(self.reward.progress, (filled - self.initial_filled) / open_cells if open_cells else 1.0)
+        parts["progress"], parts["correct"] = progress, float(reward)
+        return self.record(move, verdict, board_after, parts, reason, filled=filled)
 
     def record(
-        self, move: Move, verdict: Verdict | None, board_after: Board, parts: dict[str, float], reason: str | None = None
+        self,
+        move: Move,
+        verdict: Verdict | None,
+        board_after: Board,
+        parts: dict[str, float],
+        reason: str | None = None,
+        *,
+        filled: int | None = None,
     ) -> dict[str, float]:
         """Advance the episode by one move whose five components are already known (`score`'s,
-        or the server's ``reward_components``); return them with the total so far."""
+        or the server's ``reward_components``); return them with the total so far. ``filled``:
+        the filled cells of `board_after`, when the caller has counted them."""
         self.tried[move] = self.tried.get(move, 0) + 1
-        self.reward.empty_cell.append(parts["empty_cell"])
-        self.reward.valid_move.append(parts["valid_move"])
-        self.reward.repetition.append(parts["repetition"])
-        self.reward.progress = parts["progress"]
-        self.reward.correct = parts["correct"]
-        self.board = [row[:] for row in board_after]
+        reward = self.reward
+        reward.empty_cell.append(parts["empty_cell"])
+        reward.valid_move.append(parts["valid_move"])
+        reward.repetition.append(parts["repetition"])
+        reward.progress = parts["progress"]
+        reward.correct = parts["correct"]
+        self.board = list(map(list, board_after))
+        self.filled = game.count_filled(board_after) if filled is None else filled
         self.steps += 1
         self.last_move, self.last_verdict, self.last_reason = move, verdict, reason
+        summary = self.summary = reward.summary()
         return {
             "empty_cell": parts["empty_cell"],
             "valid_move": parts["valid_move"],
             "repetition": parts["repetition"],
-            "progress": self.reward.progress,
-            "correct": self.reward.correct,
-            "total": self.reward.total,
+            "progress": reward.progress,
+            "correct": reward.correct,
+            "total": summary["total_reward"],
         }
 
 
@@ -398,7 +422,11 @@ class SudokuScheduler(OpenEnvScheduler):
     # ------------------------------------------------------------ hooks
 
     def sudoku(self, trajectory: Trajectory) -> SudokuEpisode:
-        state = self.episode(trajectory).game
+        return self._game(self.episode(trajectory), trajectory)
+
+    @staticmethod
+    def _game(episode: RemoteEpisode, trajectory: Trajectory) -> SudokuEpisode:
+        state = episode.game
         if not isinstance(state, SudokuEpisode):
             raise RuntimeError(f"trajectory {trajectory.uuid} has no Sudoku game (not started)")
         return state
@@ -445,16 +473,18 @@ class SudokuScheduler(OpenEnvScheduler):
         trajectory.messages = self.first_messages(trajectory, self.format_observation(obs, state))
 
     async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
-        state = self.sudoku(trajectory)
+        episode = self.episode(trajectory)
+        state = self._game(episode, trajectory)
         move = self.parse_move(response_text)
         if move is None:
             state.reward.format_penalty = -1.0
+            state.summary = state.reward.summary()
             trajectory.reason = f"unparseable reply (no [row column number]): {response_text[:80]!r}"
             return self._finish_turn(trajectory, state, done=True, extra={"unparseable_reply": True})
         # The move just read is the action, unless a subclass says otherwise (no second parse).
         action = self.parse_action(response_text) if self._parse_action_overridden else {"message": _fmt_move(move)}
         result, duration = await self.env_step(trajectory, action)
-        obs = self.episode(trajectory).observation
+        obs = episode.observation
         reading = self._read(obs, state.transcript_len)
         board_before = state.board
         board_after = reading.board or board_before
@@ -493,10 +523,13 @@ class SudokuScheduler(OpenEnvScheduler):
         parts = components_from(result.metadata)
         if parts is None:
             return None
-        values = {name: parts.get(name) for name in SUDOKU_COMPONENTS}
-        if any(v is None for v in values.values()):
+        try:
+            values = _SUDOKU_PARTS(parts)
+        except KeyError:
             return None
-        return {name: float(v) for name, v in values.items() if v is not None}
+        if None in values:
+            return None
+        return dict(zip(SUDOKU_COMPONENTS, values))
 
     def _text_verdict(
         self, reading: _Reading, before: Board, after: Board, move: Move, result: StepResult[Any]
@@ -523,11 +556,11 @@ class SudokuScheduler(OpenEnvScheduler):
     def _finish_turn(
         self, trajectory: Trajectory, state: SudokuEpisode, *, done: bool, extra: dict[str, Any] | None = None
     ) -> TurnResult:
-        summary = state.reward.summary()
+        summary = state.summary
         trajectory.total_reward = summary["total_reward"]
         infos: dict[str, Any] = {
             **summary,
-            REWARD_PARTS: {name: summary[name] for name in SUDOKU_COMPONENTS},
+            REWARD_PARTS: dict(zip(SUDOKU_COMPONENTS, map(summary.__getitem__, SUDOKU_COMPONENTS))),
             "total_reward_is": TOTAL_REWARD_IS,
             "step_rewards": trajectory.step_rewards,
             "cells_filled": state.cells_filled,
@@ -537,9 +570,10 @@ class SudokuScheduler(OpenEnvScheduler):
         return {"done": done, "rollout_infos": infos}
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
-        state = self.sudoku(trajectory)
-        obs = self.episode(trajectory).observation
-        trajectory.messages.append({"role": "user", "content": self.format_observation(obs, state)})
+        episode = self.episode(trajectory)
+        trajectory.messages.append(
+            {"role": "user", "content": self.format_observation(episode.observation, self._game(episode, trajectory))}
+        )
 
     def is_success(self, trajectory: Trajectory) -> bool:
         """Solved: the env's reward for the last step was 1."""

@@ -74,6 +74,27 @@ def test_components_field_is_checked() -> None:
     assert episode_parts([{"a": 1.0, "b": None}, {"a": 0.5, "b": None}]) == {"a": 1.5, "b": None}
 
 
+@pytest.mark.parametrize(
+    ("given", "parts"),
+    [
+        ({"a": 0.5, "b": -1.0}, {"a": 0.5, "b": -1.0}),  # floats only: taken as they are
+        ({"a": 1e308, "b": 1e308}, {"a": 1e308, "b": 1e308}),  # finite, though their sum is not
+        ({"a": 0.5, "b": 2}, {"a": 0.5, "b": 2.0}),
+        ({"a": 0.5, 3: 1.0}, {"a": 0.5, "3": 1.0}),
+        ({}, {}),
+    ],
+)
+def test_components_are_floats_under_str_names(given: dict[object, object], parts: dict[str, float]) -> None:
+    got = components_from({"reward_components": given})
+    assert got == parts and all(type(name) is str and type(v) is float for name, v in (got or {}).items())
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), True, "0.5"])
+def test_a_component_that_is_not_a_finite_number_is_refused_beside_good_ones(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"reward_components\['b'\] must be a finite number"):
+        components_from({"reward_components": {"a": 0.5, "b": bad, "c": 1.0}})
+
+
 def test_reward_component_funcs_take_a_rubric_or_names_and_read_reward_parts() -> None:
     pytest.importorskip("trl")
     from envsdk.integrations.trl import reward_component_funcs
