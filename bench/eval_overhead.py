@@ -116,7 +116,7 @@ async def harness_round(url: str, episodes: int, seed: int, concurrency: int, ou
     report = await run_batches(
         [batch], concurrency=concurrency, out=out, progress=False, append=plan.append, max_turns=None,
     )
-    if finish_run(out) is None:
+    if finish_run(out, report.written) is None:
         raise RuntimeError("no records were written")
     elapsed = time.perf_counter() - started
     bad = [t for t in report.trajectories if t.status != "done"]

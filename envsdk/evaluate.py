@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from envsdk.env import RolloutRequest
-from envsdk.records import RecordError, check_record, read_jsonl_lines, write_atomically
+from envsdk.records import (
+    RecordError,
+    RecordsWritten,
+    check_record,
+    read_jsonl_lines,
+    summary_facts,
+    write_atomically,
+)
 from envsdk.runfile import (
     RUN_TABLE,
     RunFileError,
@@ -269,11 +276,12 @@ def recover_torn_tail(path: Path) -> int:
         return 0
 
 
-def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """The records of a completions file with their raw lines; `EvalError` names a line that is
-    not a record (only a torn last line is repaired, by `recover_torn_tail`, never a middle one)."""
+def read_records(path: str | Path, *, stop: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The records of a completions file (with `stop`, of its first `stop` bytes) with their raw
+    lines; `EvalError` names a line that is not a record (only a torn last line is repaired, by
+    `recover_torn_tail`, never a middle one)."""
     found: list[tuple[str, dict[str, Any]]] = []
-    for where, line, value in read_jsonl_lines(path, EvalError, "; only a torn last line is repaired"):
+    for where, line, value in read_jsonl_lines(path, EvalError, "; only a torn last line is repaired", stop=stop):
         try:
             found.append((line, check_record(value, where)))
         except RecordError as exc:
@@ -494,12 +502,21 @@ def summary_path(out: str | Path) -> Path:
     return path.with_name(f"{path.stem}.eval.json")
 
 
-def finish_run(out: str | Path | None) -> str | None:
+def finish_run(out: str | Path | None, written: RecordsWritten | None = None) -> str | None:
     """Summarize every record in `out` (all attempts of the run): write ``<stem>.eval.json``
-    and return the printed table; None without records."""
+    and return the printed table; None without records.
+
+    `written` (what this process's writer wrote, `TrajectoryWriter.written`) spares reading its
+    records back: only the bytes before them are read, when the file ends where the writer left
+    it (nothing else wrote to it since) and every record it wrote was valid."""
     if not out or not Path(out).is_file():
         return None
-    records = [record for _, record in read_records(out)]
+    path = Path(out)
+    if written is not None and written.facts is not None and written.path == path and path.stat().st_size == written.end:
+        records = [summary_facts(record) for _, record in read_records(path, stop=written.start)] if written.start else []
+        records += written.facts
+    else:
+        records = [record for _, record in read_records(path)]
     if not records:
         return None
     summary = summarize_groups(records)

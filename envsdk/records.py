@@ -46,14 +46,17 @@ observation is already in ``messages``.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter, methodcaller
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from envsdk.env import RolloutRequest
 from envsdk.rewards.parts import REWARD_PARTS
@@ -61,7 +64,7 @@ from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
-    "RecordError", "check_record", "quantile", "stated_success", "success_text",
+    "RecordError", "check_record", "quantile", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -94,6 +97,11 @@ class StepRecord:
             "components": self.components,
             "duration_s": self.duration_s,
         }
+
+
+_REWARD = attrgetter("reward")
+_COMPONENTS = attrgetter("components")
+_ONLY_FLOAT = {float}
 
 
 @dataclass
@@ -137,7 +145,7 @@ class Trajectory:
 
     @property
     def step_rewards(self) -> list[float]:
-        return [s.reward for s in self.steps]
+        return list(map(_REWARD, self.steps))
 
     def finish(self, status: Status, reason: str | None = None) -> None:
         """Set how the episode ended; the first call wins (a later close error cannot rewrite it)."""
@@ -206,15 +214,16 @@ def episode_components(trajectory: Trajectory) -> dict[str, float]:
 def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict[str, Any]:
     """The JSON-ready record of `trajectory` in `form` (see the module docstring)."""
     values = episode_components(trajectory)
+    step_parts = list(map(_COMPONENTS, trajectory.steps))
     per_step: dict[str, list[float | None]] = {}
-    for step in trajectory.steps:
-        for name in step.components:
-            # When the scheduler declares its components, a step's other numbers (a running
-            # total) are not components.
-            if not values or name in values:
-                per_step.setdefault(name, [])
-    for name in per_step:
-        per_step[name] = [_number(s.components.get(name)) for s in trajectory.steps]
+    # Every name a step has, in the order first seen; when the scheduler declares its components,
+    # a step's other numbers (a running total) are not components.
+    for name in dict.fromkeys(chain.from_iterable(step_parts)):
+        if not values or name in values:
+            column = list(map(methodcaller("get", name), step_parts))
+            # Finite floats throughout (the usual case, checked in C) are kept as they are.
+            finite = set(map(type, column)) == _ONLY_FLOAT and math.isfinite(sum(column))
+            per_step[name] = column if finite else list(map(_number, column))
     components = {
         name: {"value": values.get(name), "steps": per_step.get(name, [])}
         for name in [*values, *(n for n in per_step if n not in values)]
@@ -281,6 +290,27 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
     return record
 
 
+#: The fields of a record that a run's summary reads (`envsdk.evaluate.summarize_groups`).
+SUMMARY_FIELDS = ("uuid", "eval", "total_reward", "success")
+
+
+def summary_facts(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `record` that a run's summary reads (`SUMMARY_FIELDS`, those it has)."""
+    return {name: record[name] for name in SUMMARY_FIELDS if name in record}
+
+
+@dataclass
+class RecordsWritten:
+    """What a `TrajectoryWriter` wrote to ``path``: its records lie between byte offsets ``start``
+    and ``end``, and ``facts`` holds the fields a run's summary reads of each of them
+    (`envsdk.records.summary_facts`), or is None when one of them is not a valid record."""
+
+    path: Path
+    start: int
+    end: int
+    facts: list[dict[str, Any]] | None = field(default_factory=list)
+
+
 def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """The JSON value of each non-blank line of `path`, with where it is (``file:line``).
     Raises `error` naming the file for a missing file, and the line for a line that is not JSON."""
@@ -288,13 +318,21 @@ def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, 
         yield where, value
 
 
-def read_jsonl_lines(path: str | Path, error: type[Exception], hint: str = "") -> Iterator[tuple[str, str, Any]]:
+def read_jsonl_lines(
+    path: str | Path, error: type[Exception], hint: str = "", *, stop: int | None = None
+) -> Iterator[tuple[str, str, Any]]:
     """`read_jsonl` that also gives each line as read (ending in a newline), for a caller that
-    writes lines back unchanged; `hint` is added to the error for a line that is not JSON."""
+    writes lines back unchanged; `hint` is added to the error for a line that is not JSON.
+    With `stop`, only the file's first `stop` bytes are read."""
     source = Path(path)
     if not source.is_file():
         raise error(f"{source}: no such file")
-    with source.open(encoding="utf-8") as lines:
+    if stop is None:
+        handle: IO[str] = source.open(encoding="utf-8")
+    else:
+        with source.open("rb") as raw:
+            handle = io.StringIO(raw.read(stop).decode("utf-8"), newline=None)
+    with handle as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue

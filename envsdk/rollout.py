@@ -33,7 +33,7 @@ from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
-from envsdk.records import RecordForm, episode_components, quantile, read_jsonl, success_text
+from envsdk.records import RecordForm, RecordsWritten, episode_components, quantile, read_jsonl, success_text
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -174,6 +174,8 @@ class RolloutReport:
     summary: RolloutSummary
     #: Why the run stopped before its last episode (see `run_batches`), else None.
     stopped: str | None = None
+    #: What was written to ``out`` (`TrajectoryWriter.written`), when there was one.
+    written: RecordsWritten | None = None
 
 
 #: Error kinds that say an episode's server is gone or unreachable, not that the episode went wrong.
@@ -539,10 +541,11 @@ async def run_batches(
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not (stopped and isinstance(outcome, asyncio.CancelledError)):
             raise outcome
+    written = writer.written if writer is not None else None
     if stopped:
-        return RolloutReport(list(done_list), summarize(done_list, elapsed), stopped[0])
+        return RolloutReport(list(done_list), summarize(done_list, elapsed), stopped[0], written)
     trajectories = [t for result in outcomes if isinstance(result, list) for t in result]
-    return RolloutReport(trajectories, summarize(trajectories, elapsed))
+    return RolloutReport(trajectories, summarize(trajectories, elapsed), written=written)
 
 
 async def run_rollouts(
@@ -982,7 +985,7 @@ def rollout_command(args: argparse.Namespace) -> int:
                 print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` plays the rest")
         return 130
     print(report.summary.render())
-    groups = finish_run(args.out)
+    groups = finish_run(args.out, report.written)
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):

@@ -27,7 +27,17 @@ from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
 from envsdk.tokens import TOKENS, token_turn
-from envsdk.records import RecordForm, Status, StepRecord, Trajectory, stated_success
+from envsdk.records import (
+    RecordError,
+    RecordForm,
+    RecordsWritten,
+    Status,
+    StepRecord,
+    Trajectory,
+    check_record,
+    stated_success,
+    summary_facts,
+)
 
 __all__ = [
     "Status",
@@ -37,6 +47,7 @@ __all__ = [
     "Policy",
     "MultiTurnScheduler",
     "TrajectoryWriter",
+    "RecordsWritten",
     "completion_of",
 ]
 
@@ -240,26 +251,40 @@ class TrajectoryWriter:
 
     Use as a context manager; each record is flushed as it is written so a crash keeps every
     finished trajectory. The file is rewritten, or with `append` continued (a resumed run).
+    ``written`` says where this writer's records lie and keeps the fields a run's summary reads
+    of each, so the summary need not read them back from the file.
     """
 
     def __init__(self, path: str | Path, form: RecordForm = "lean", *, append: bool = False) -> None:
         self.path = Path(path)
         self.form: RecordForm = form
         self.append = append
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
         self.count = 0
+        self.written = RecordsWritten(self.path, 0, 0)
 
     def __enter__(self) -> TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a" if self.append else "w", encoding="utf-8")
+        self._file = self.path.open("ab" if self.append else "wb")
+        start = self._file.seek(0, 2)
+        self.written = RecordsWritten(self.path, start, start)
         return self
 
     def write(self, trajectory: Trajectory) -> None:
         if self._file is None:
             raise RuntimeError("TrajectoryWriter.write called outside its `with` block")
-        self._file.write(json.dumps(trajectory.to_dict(self.form), ensure_ascii=False, default=str) + "\n")
+        record = trajectory.to_dict(self.form)
+        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        self._file.write(line)
         self._file.flush()
         self.count += 1
+        written = self.written
+        written.end += len(line)
+        if written.facts is not None:
+            try:
+                written.facts.append(summary_facts(check_record(record, f"{self.path}: record {self.count}")))
+            except RecordError:  # the summary reads the file, and names the record
+                written.facts = None
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -78,6 +78,9 @@ def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(wor
     got = by_pair(out)
     assert sorted(got) == PAIRS
     assert {pair: comparable(r) for pair, r in got.items()} == expected
+    # The summary of all attempts' records (the earlier ones read from the file, the last
+    # attempt's from its writer) is the uninterrupted run's.
+    assert json.loads((workdir / "killed.eval.json").read_text()) == json.loads((workdir / "straight.eval.json").read_text())
     # Each record names its run (one for all attempts) and the attempt that wrote it.
     assert len({r["eval"]["run"] for r in got.values()}) == 1
     assert all(1 <= r["eval"]["attempt"] <= attempts + 1 for r in got.values())
