@@ -12,7 +12,7 @@ turns round by round on the same seeds, `--concurrency` episodes at a time, the 
 * **harness**: what ``envsdk rollout --rollouts-per-example 1`` runs after its pre-flight: the
   options parsed, `plan_run` tagging every rollout and writing the run file, the Sudoku
   scheduler (hints, shaped reward parts, messages), each record written to
-  ``completions.jsonl``, and the pass@k summary (`finish_run`) read back from it.
+  ``completions.jsonl``, and the pass@k summary (`finish_run`, given what the writer wrote).
 
 Reported per arm: wall time per episode (the batch's wall time over its episodes: what the
 harness adds to a run), each episode's own latency (p50, p99), and CPU time per episode in
