@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from envsdk.env import RolloutRequest
-from envsdk.rewards.parts import REWARD_PARTS
+from envsdk.rewards.parts import REWARD_PARTS, all_finite_floats
 from envsdk.tokens import TOKENS
 
 __all__ = [
@@ -101,7 +101,6 @@ class StepRecord:
 
 _REWARD = attrgetter("reward")
 _COMPONENTS = attrgetter("components")
-_ONLY_FLOAT = {float}
 
 
 @dataclass
@@ -221,9 +220,8 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
     for name in dict.fromkeys(chain.from_iterable(step_parts)):
         if not values or name in values:
             column = list(map(methodcaller("get", name), step_parts))
-            # Finite floats throughout (the usual case, checked in C) are kept as they are.
-            finite = set(map(type, column)) == _ONLY_FLOAT and math.isfinite(sum(column))
-            per_step[name] = column if finite else list(map(_number, column))
+            # Finite floats throughout (the usual case) are kept as they are.
+            per_step[name] = column if all_finite_floats(column) else list(map(_number, column))
     components = {
         name: {"value": values.get(name), "steps": per_step.get(name, [])}
         for name in [*values, *(n for n in per_step if n not in values)]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,20 +112,21 @@ _ONLY_STR = {str}
 _ONLY_FLOAT = {float}
 
 
+def all_finite_floats(values: Collection[Any]) -> bool:
+    """Whether `values` are floats (not ints, bools or subclasses), at least one, all finite:
+    checked in C, for the usual case of reward numbers. False when a sum of finite values
+    overflows: a caller then checks the values one by one, as it does for anything else."""
+    return set(map(type, values)) == _ONLY_FLOAT and math.isfinite(sum(values))
+
+
 def components_from(mapping: Mapping[str, Any] | None) -> dict[str, float | None] | None:
     """The parts carried by an observation's ``metadata`` (or a local env's ``info``), or None
     when it carries none. `ValueError` for a field that is not ``{str: number | None}``."""
     if not mapping or REWARD_COMPONENTS not in mapping:
         return None
     value = mapping[REWARD_COMPONENTS]
-    # The usual case, checked in C: str names and float values, all of them finite (a sum of
-    # finite numbers that overflows falls through to the checks below, which accept it).
-    if (
-        type(value) is dict
-        and set(map(type, value)) == _ONLY_STR
-        and set(map(type, value.values())) == _ONLY_FLOAT
-        and math.isfinite(sum(value.values()))
-    ):
+    # The usual case, checked in C: str names and finite float values.
+    if type(value) is dict and set(map(type, value)) == _ONLY_STR and all_finite_floats(value.values()):
         return dict(value)
     if not isinstance(value, Mapping):
         raise ValueError(f"{REWARD_COMPONENTS} must be an object of name -> number, got {type(value).__name__}")
