@@ -5,6 +5,7 @@ that were on it end, each as an error with `SessionLostError`."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import time
 import urllib.request
@@ -101,19 +102,24 @@ async def test_ray_replicas_share_episodes_and_a_killed_one_is_replaced_without_
         moving.set()
 
         async def kill_busiest() -> int:
-            await asyncio.sleep(0.5)  # every running episode is now held at its next move
-            busiest = max(pool.servers(), key=lambda s: s.opened)
-            index = next(r.index for r in replicas.replicas() if r.base_url == busiest.base_url)
-            await asyncio.to_thread(ray.kill, replicas.actors[index], no_restart=False)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # until the process is gone
-                try:
-                    await asyncio.to_thread(_health, busiest.base_url)
-                except OSError:
-                    break
-                await asyncio.sleep(0.1)
-            moving.set()
-            return index
+            # Whatever happens here, the held episodes move again: a kill that fails must fail
+            # the test (at `await kill[0]`), not leave every episode waiting for ever.
+            try:
+                await asyncio.sleep(0.5)  # every running episode is now held at its next move
+                busiest = max(pool.servers(), key=lambda s: s.opened)
+                index = next(r.index for r in replicas.replicas() if r.base_url == busiest.base_url)
+                await asyncio.to_thread(ray.kill, replicas.actors[index], no_restart=False)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:  # until the process is gone
+                    try:
+                        await asyncio.to_thread(_health, busiest.base_url)
+                    except (OSError, http.client.HTTPException):
+                        # Refused, reset, or a reply cut off by the dying process (IncompleteRead).
+                        break
+                    await asyncio.sleep(0.1)
+                return index
+            finally:
+                moving.set()
 
         def on_done(trajectory: Trajectory) -> None:
             done.append(trajectory)
