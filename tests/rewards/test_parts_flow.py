@@ -12,6 +12,7 @@ from envsdk.env import RolloutRequest
 from envsdk.envs.frozen_lake import FrozenLakeGame, FrozenLakeRubric, shortest_path
 from envsdk.report import load_episodes
 from envsdk.rewards import components_from, episode_parts
+from envsdk.rewards.parts import non_finite
 from envsdk.rollout import summarize
 from envsdk.schedulers import GYMScheduler, Trajectory, TrajectoryWriter
 
@@ -93,6 +94,30 @@ def test_components_are_floats_under_str_names(given: dict[object, object], part
 def test_a_component_that_is_not_a_finite_number_is_refused_beside_good_ones(bad: object) -> None:
     with pytest.raises(ValueError, match=r"reward_components\['b'\] must be a finite number"):
         components_from({"reward_components": {"a": 0.5, "b": bad, "c": 1.0}})
+
+
+class _Float(float):
+    """A float subclass (numpy's float64 is one): not the plain floats the fast check takes."""
+
+
+@pytest.mark.parametrize(
+    ("reward", "parts", "problem"),
+    [
+        (0.5, {"a": 0.5, "b": -1.0}, None),  # plain floats: checked in C
+        (1, {"a": 1e308, "b": 1e308}, None),  # finite, though their sum is not
+        (None, {"a": None, "b": 2, "c": True}, None),
+        (float("nan"), {"a": 0.5}, "a non-finite reward (nan)"),
+        (_Float("inf"), None, "a non-finite reward (inf)"),
+        (0.0, {"a": 0.5, "b": float("-inf")}, "a non-finite reward part 'b' (-inf)"),
+        (0.0, {"a": None, "b": float("nan")}, "a non-finite reward part 'b' (nan)"),
+        (0.0, {"a": _Float("nan")}, "a non-finite reward part 'a' (nan)"),
+    ],
+)
+def test_non_finite_names_the_first_reward_or_part_that_is_not_finite(
+    reward: object, parts: dict[str, object] | None, problem: str | None
+) -> None:
+    metadata = None if parts is None else {"reward_components": parts}
+    assert non_finite(reward, metadata) == problem
 
 
 def test_reward_component_funcs_take_a_rubric_or_names_and_read_reward_parts() -> None:
