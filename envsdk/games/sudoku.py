@@ -7,6 +7,7 @@ and 1-based on the wire (TextArena's ``[r c n]``).
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 __all__ = [
     "Board",
@@ -29,13 +30,27 @@ Board = list[list[int]]
 _ROW_RE = re.compile(r"R([1-9])\s" + r"[^1-9.]*([1-9.])" * 9 + r"[^1-9.]*")
 MOVE_RE = re.compile(r"\[(\d+)\s(\d+)\s(\d+)\]")
 _INT_RE = re.compile(r"\d+")
-_CELL_VALUE = {".": 0, **{str(d): d for d in range(1, 10)}}
+_cell_value = {".": 0, **{str(d): d for d in range(1, 10)}}.__getitem__
 _ALL_DIGITS = sum(1 << d for d in range(1, 10))  # bits 1-9
+#: A digit's bit in the masks of `empty_cells` (no entry: not a digit 1-9).
+_digit_bit = {d: 1 << d for d in range(1, 10)}.get
+#: Each row's cells' box numbers.
+_BOX_OF = tuple(tuple(3 * (r // 3) + c // 3 for c in range(9)) for r in range(9))
 _DIGITS_OF = tuple(tuple(d for d in range(1, 10) if mask >> d & 1) for mask in range(1 << 10))
 _HEADER = "   C1 C2 C3   C4 C5 C6   C7 C8 C9  "
 _ROW_FORMAT = "R{}  {}  {}  {} |  {}  {}  {} |  {}  {}  {}"
 _SEPARATOR = "   - - - - - - - - - - - - - - - - "
-_CELL_TEXT = {0: ".", **{d: str(d) for d in range(1, 10)}}
+
+
+class _CellText(dict[object, str]):
+    """A cell's text: ``.`` for 0, the digit for 1-9, and ``str(value)`` for anything else
+    (made when asked, not kept)."""
+
+    def __missing__(self, value: object) -> str:
+        return str(value)
+
+
+_cell_text = _CellText({0: ".", **{d: str(d) for d in range(1, 10)}}).__getitem__
 # The whole board as one format string (81 cells), filled in one call.
 _BOARD_FORMAT = "\n".join(
     [_HEADER]
@@ -52,14 +67,16 @@ def parse_board(text: str) -> Board | None:
     rows: dict[int, list[int]] = {}
     last_complete: Board | None = None
     for line in text.splitlines():
+        if "R" not in line:  # most lines of a message: skipped before the row pattern is tried
+            continue
         match = _ROW_RE.fullmatch(line.strip())
         if not match:
             continue
-        idx = int(match.group(1))
-        cells = [_CELL_VALUE[tok] for tok in match.groups()[1:]]
+        groups = match.groups()
+        idx = int(groups[0])
         if idx == 1:
             rows = {}
-        rows[idx] = cells
+        rows[idx] = list(map(_cell_value, groups[1:]))
         if idx == 9 and len(rows) == 9:
             last_complete = [rows[i] for i in range(1, 10)]
     return last_complete
@@ -67,7 +84,7 @@ def parse_board(text: str) -> Board | None:
 
 def render_board(board: Board) -> str:
     """TextArena's rendering: a column header, ``R1  4  8  . |  9 …`` rows and separators."""
-    return _BOARD_FORMAT.format(*[_CELL_TEXT.get(v) or str(v) for row in board for v in row])
+    return _BOARD_FORMAT.format(*map(_cell_text, chain.from_iterable(board)))
 
 
 def empty_cells(board: Board) -> list[tuple[int, int, int]]:
@@ -75,20 +92,27 @@ def empty_cells(board: Board) -> list[tuple[int, int, int]]:
     ``d`` of ``allowed`` is set when its row, column and box allow the digit ``d`` (1-9).
 
     The digits each row, column and box holds are gathered once per board, as bit masks: this
-    runs for every hint and every oracle move, and sets per cell cost twice as much."""
-    rows = [0] * 9
+    runs for every hint and every oracle move, and sets per cell cost twice as much. A digit's
+    bit comes from a table, so a cell costs one lookup before anything is compared."""
+    rows: list[int] = []
     columns = [0] * 9
     boxes = [0] * 9
     empty: list[tuple[int, int, int]] = []
     for r, row in enumerate(board):
-        for c, value in enumerate(row):
-            if not value:
-                empty.append((r, c, 3 * (r // 3) + c // 3))
-            elif 0 < value < 10:  # any other value fills its cell and rules out no digit
-                bit = 1 << value
-                rows[r] |= bit
+        row_mask = 0
+        box_of = _BOX_OF[r]
+        c = 0
+        for value in row:
+            bit = _digit_bit(value)
+            if bit:
+                row_mask |= bit
                 columns[c] |= bit
-                boxes[3 * (r // 3) + c // 3] |= bit
+                boxes[box_of[c]] |= bit
+            elif not value:
+                empty.append((r, c, box_of[c]))
+            # any other value fills its cell and rules out no digit
+            c += 1
+        rows.append(row_mask)
     return [(r, c, _ALL_DIGITS & ~(rows[r] | columns[c] | boxes[b])) for r, c, b in empty]
 
 
