@@ -1007,15 +1007,26 @@ def rollout_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The collector's first-generation threshold in the `envsdk` program's own process (CPython's
+#: default is 700). An episode in flight keeps every message, step and observation it made, so
+#: with dozens in flight the collector ran a young pass every few turns and walked them again
+#: and again: about 150 passes per 128 Sudoku episodes, 1.2-1.7 ms of the rollout process's CPU
+#: per episode; with 20,000, 4 passes and 0.3 ms (``python -m bench.eval_overhead`` applies the
+#: same to every loop it measures).
+GEN0_THRESHOLD = 20_000
+
+
 def _freeze_heap() -> None:
     """Take what is alive before the episodes (modules, the policy and its model, the planned run:
-    all kept until the run ends) out of the cyclic collector's walks. With dozens of episodes in
+    all kept until the run ends) out of the cyclic collector's walks, and let the young
+    generation grow to `GEN0_THRESHOLD` objects before it is walked. With dozens of episodes in
     flight the collector runs full passes often, and each one walked that whole heap again
     (`python -m bench.eval_overhead` with and without ``--no-freeze`` measures it). Done only
     when the process is the `envsdk` program's own: a caller of `envsdk.cli.main` keeps its
     collector as it is."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _one_line(exc: BaseException) -> str:
