@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import chain
 from dataclasses import dataclass, field
 from math import fsum
 from operator import itemgetter
@@ -325,12 +326,25 @@ def _transcript(obs: dict[str, Any]) -> str:
 
 
 def _structured_board(value: Any) -> Board | None:
-    if isinstance(value, list) and len(value) == 9 and all(isinstance(row, list) and len(row) == 9 for row in value):
-        try:  # a server's cells are ints: converted in C
-            return [list(map(int, row)) for row in value]
-        except (TypeError, ValueError):  # None or "" for an empty cell
-            return [[int(v or 0) for v in row] for row in value]
-    return None
+    """A copy of a 9×9 ``board`` field as ints (None or "" for an empty cell: 0); None when
+    `value` is not 9 lists of 9. Every step reads one, so the usual case (plain lists of plain
+    ints, as JSON gives them) is checked and copied in C."""
+    if not isinstance(value, list) or len(value) != 9:
+        return None
+    if set(map(type, value)) == _ONLY_LIST and set(map(len, value)) == _NINE:
+        if set(map(type, chain.from_iterable(value))) == _ONLY_INT:
+            return list(map(list, value))
+    elif not all(isinstance(row, list) and len(row) == 9 for row in value):
+        return None
+    try:  # a server's cells are ints: converted in C
+        return [list(map(int, row)) for row in value]
+    except (TypeError, ValueError):  # None or "" for an empty cell
+        return [[int(v or 0) for v in row] for row in value]
+
+
+_ONLY_LIST = {list}
+_NINE = {9}
+_ONLY_INT = {int}
 
 
 def _initial_filled(value: Any, board: Board) -> int:
@@ -401,7 +415,6 @@ class SudokuScheduler(OpenEnvScheduler):
     # ------------------------------------------------------------ reading observations
 
     def _read(self, obs: dict[str, Any], previous_len: int) -> _Reading:
-        text = _transcript(obs)
         board = _structured_board(obs.get("board"))
         if board is not None:
             last_move = obs.get("last_move")
@@ -409,7 +422,9 @@ class SudokuScheduler(OpenEnvScheduler):
             said = last.get("verdict")
             verdict: Verdict | None = said if said in ("valid", "invalid", "bad_format") else None
             reason = last.get("reason")
-            return _Reading(board, verdict, str(reason) if reason else None, len(text))
+            # The transcript's length only matters to a server that sends no board.
+            return _Reading(board, verdict, str(reason) if reason else None, previous_len)
+        text = _transcript(obs)
         # Cumulative transcript: only what was added since the previous observation is news.
         new_text = text[previous_len:] if len(text) >= previous_len else text
         warned = _WARNING_RE.search(new_text)

@@ -191,3 +191,30 @@ def test_format_observation_without_episode_shows_board_and_hints() -> None:
     assert parse_board(text) == board
     assert "GUARANTEED MOVES" in text
     assert render_board(board) in text
+
+
+class _Row(list):  # type: ignore[type-arg]
+    """A list subclass: not the plain lists JSON gives."""
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ([[v for v in row] for row in _puzzle(3, 40)], _puzzle(3, 40)),  # plain ints: copied
+        ([[True] + [0] * 8] + [[0] * 9] * 8, [[1] + [0] * 8] + [[0] * 9] * 8),  # bools as ints
+        ([[None, "", 5.0] + [0] * 6] + [[0] * 9] * 8, [[0, 0, 5] + [0] * 6] + [[0] * 9] * 8),
+        ([_Row([2] * 9)] + [[0] * 9] * 8, [[2] * 9] + [[0] * 9] * 8),
+        ([[0] * 9] * 8, None),  # 8 rows
+        ([[0] * 9] * 8 + [[0] * 8], None),  # a short row
+        ([[0] * 9] * 8 + [(0,) * 9], None),  # a tuple row
+        ({"r": [0] * 9}, None),
+    ],
+)
+def test_a_board_field_is_read_as_a_fresh_nine_by_nine_of_ints(given: object, read: object) -> None:
+    from envsdk.schedulers.sudoku import _structured_board
+
+    board = _structured_board(given)
+    assert board == read
+    if board is not None:
+        assert all(type(row) is list for row in board) and all(type(v) is int for row in board for v in row)
+        assert not any(row is given_row for row, given_row in zip(board, given))  # type: ignore[call-overload]
