@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from math import fsum
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple
