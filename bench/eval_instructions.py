@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.eval_overhead import play_round, start_server, warm_boards
-from envsdk.rollout import _freeze_heap
+from envsdk.rollout import _set_up_collector
 from envsdk.testing import stop_process
 
 ARMS = ("bare", "bare_text", "scheduler", "harness")
@@ -40,7 +40,7 @@ _TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 def play(arm: str, url: str, rounds: int, episodes: int) -> None:
     """The arm's rounds, as `bench.eval_overhead` plays them, on seeds 0…episodes-1."""
-    _freeze_heap()  # as `envsdk rollout` and `bench.eval_overhead` do
+    _set_up_collector()  # as `envsdk rollout` and `bench.eval_overhead` do
     with tempfile.TemporaryDirectory() as folder:
         for r in range(rounds):
             play_round(arm, url, episodes, 0, episodes, Path(folder) / f"c{r}.jsonl")

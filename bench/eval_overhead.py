@@ -49,7 +49,7 @@ from envsdk.evaluate import finish_run, plan_run
 from envsdk.games.sudoku import parse_move
 from envsdk.policies import SudokuOraclePolicy
 from envsdk.records import quantile
-from envsdk.rollout import Batch, _freeze_heap, add_rollout_parser, make_requests, run_batches
+from envsdk.rollout import Batch, _set_up_collector, add_rollout_parser, make_requests, run_batches
 from envsdk.schedulers import SudokuScheduler
 from envsdk.testing import free_port, stop_process
 
@@ -181,10 +181,10 @@ def main() -> int:
     opts = parser.parse_args()
     server, url = start_server(opts.concurrency)
     try:
-        # As `envsdk rollout` does before its episodes (its `_freeze_heap`), for every arm alike:
+        # As `envsdk rollout` does before its episodes (its `_set_up_collector`), for every arm alike:
         # they share this process, so the heap the collector walks is the same for all of them.
         if not opts.no_freeze:
-            _freeze_heap()
+            _set_up_collector()
         arms = ("bare", "bare_text", "scheduler", "harness")
         results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []

@@ -963,7 +963,7 @@ def rollout_command(args: argparse.Namespace) -> int:
         )
     finished: list[Trajectory] = []
     if getattr(args, "own_process", False):
-        _freeze_heap()
+        _set_up_collector()
     started = time.perf_counter()
     try:
         report = asyncio.run(
@@ -1016,7 +1016,7 @@ def rollout_command(args: argparse.Namespace) -> int:
 GEN0_THRESHOLD = 20_000
 
 
-def _freeze_heap() -> None:
+def _set_up_collector() -> None:
     """Take what is alive before the episodes (modules, the policy and its model, the planned run:
     all kept until the run ends) out of the cyclic collector's walks, and let the young
     generation grow to `GEN0_THRESHOLD` objects before it is walked. With dozens of episodes in

@@ -28,17 +28,19 @@ class FreezeProbe(Policy):
 """
 
 
-def _young_thresholds(path: Path) -> set[int]:
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    replies = [m["content"] for r in records for m in r["messages"] if m["role"] == "assistant"]
-    return {int(reply.split("young=", 1)[1].split()[0]) for reply in replies}
-
-
-def _frozen_counts(path: Path) -> list[int]:
+def _replies(path: Path) -> list[str]:
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     replies = [m["content"] for r in records for m in r["messages"] if m["role"] == "assistant"]
     assert replies, records
-    return [int(reply.rsplit("frozen=", 1)[1]) for reply in replies]
+    return replies
+
+
+def _young_thresholds(path: Path) -> set[int]:
+    return {int(reply.split("young=", 1)[1].split()[0]) for reply in _replies(path)}
+
+
+def _frozen_counts(path: Path) -> list[int]:
+    return [int(reply.rsplit("frozen=", 1)[1]) for reply in _replies(path)]
 
 
 def test_the_program_freezes_its_heap_before_the_episodes(folder: Path) -> None:
