@@ -12,7 +12,8 @@
   record is skipped, and one whose record says ``status: error`` (a server went away) is played
   again — its old record is moved to ``<stem>.replaced.jsonl`` so the file holds each pair
   exactly once. The options come from the run's ``<stem>.run.toml`` (`envsdk.runfile`); an
-  option that would change what the run plays is refused.
+  option that would change what the run plays is refused. A run holds its file from planning to
+  summary (`envsdk.records.hold_records`), so a second run into it is refused, not interleaved.
 * **Re-scoring.** ``envsdk rescore completions.jsonl --score file.py:func`` (or ``--weights
   name=w,…`` over the recorded reward components) recomputes every record's reward and success
   without playing again, writes the re-scored records, and prints the same pass@k summary.
@@ -36,8 +37,10 @@ from typing import Any, Protocol
 from envsdk.env import RolloutRequest
 from envsdk.records import (
     RecordError,
+    RecordsBusy,
     RecordsWritten,
     check_record,
+    hold_records,
     read_jsonl_lines,
     summary_facts,
     write_atomically,
@@ -665,7 +668,12 @@ def rescore_command(args: argparse.Namespace) -> int:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    try:
+        with hold_records(target):  # a run still writing `target` keeps its records
+            write_atomically(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    except RecordsBusy as exc:
+        print(f"envsdk rescore: error: --out {exc}", file=sys.stderr)
+        return 2
     print(summary.render())
     print(f"\nre-scored records written to {target}")
     return 0

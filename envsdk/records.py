@@ -46,11 +46,16 @@ observation is already in ``messages``.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import io
 import json
+import logging
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -65,6 +70,7 @@ from envsdk.tokens import TOKENS
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
     "RecordError", "check_record", "quantile", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
+    "RecordsBusy", "hold_records",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -355,3 +361,95 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class RecordsBusy(ValueError):
+    """Another process is writing the records file this one was asked to write."""
+
+
+# Records files this process holds: path -> (the lock file's descriptor, how many holders).
+_HELD: dict[str, tuple[int, int]] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def lock_path(path: str | Path) -> Path:
+    """The lock file of a records file: ``<name>.lock`` beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.lock")
+
+
+@contextlib.contextmanager
+def hold_records(path: str | Path) -> Iterator[None]:
+    """Hold the records file `path` for this process while in the block: a second process that
+    asks for it gets `RecordsBusy` (naming the holder's pid) instead of appending beside this
+    one, compacting the file under it or truncating it. The hold is an exclusive ``flock`` on
+    ``<name>.lock`` beside the file, which is removed when the hold ends; the kernel drops the
+    lock when the process ends, however it ends, so a SIGKILL leaves only a stale file that the
+    next holder takes over. Within one process holds nest (a run holds its file, then its writer
+    does)."""
+    lock = lock_path(path)
+    key = str(lock.resolve())
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is not None:
+            _HELD[key] = (held[0], held[1] + 1)
+        else:
+            _HELD[key] = (_take(lock, path), 1)
+    try:
+        yield
+    finally:
+        with _HELD_LOCK:
+            fd, count = _HELD[key]
+            if count > 1:
+                _HELD[key] = (fd, count - 1)
+            else:
+                del _HELD[key]
+                if fd < 0:  # not held: the filesystem has no locks
+                    return
+                # Unlinked while still locked: a process that opened it meanwhile finds, once it
+                # has the lock, that the name no longer leads to its file, and tries again.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+                os.close(fd)
+
+
+# What `flock` answers on a filesystem without locks (some network and FUSE ones): the file is
+# then written unheld, with a warning, rather than not at all.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def _take(lock: Path, path: str | Path) -> int:
+    """The locked descriptor of `lock`, whose name leads to it (-1: the filesystem has no locks);
+    `RecordsBusy` when another process holds it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RecordsBusy(
+                f"{path} is being written by another process (pid {holder}); wait for it to end or stop it,"
+                " then run again (a run that was stopped continues with --resume)"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in _NO_LOCKS:
+                raise
+            logging.getLogger("envsdk").warning(
+                "%s: this filesystem has no file locks (%s); another process could write the same file", path, exc.strerror
+            )
+            return -1
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:  # its holder removed it between our open and our lock
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)

@@ -33,7 +33,9 @@ from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
-from envsdk.records import RecordForm, RecordsWritten, episode_components, quantile, read_jsonl, success_text
+from envsdk.records import (
+    RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, quantile, read_jsonl, success_text,
+)
 from envsdk.schedulers import (
     GYMScheduler,
     MultiTurnScheduler,
@@ -927,7 +929,13 @@ _WHAT_TO_DO = {
 def rollout_command(args: argparse.Namespace) -> int:
     """Run the ``rollout`` command; print the summary. Exit status: 0 when at least one episode
     ran (whatever its reward), 1 when none did or the pre-flight check failed, 2 on a usage
-    error, 130 on Ctrl-C (after a summary of the episodes that finished)."""
+    error or an --out that another process is writing, 130 on Ctrl-C (after a summary of the
+    episodes that finished)."""
+    with contextlib.ExitStack() as hold:
+        return _rollout_command(args, hold)
+
+
+def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> int:
     from envsdk.preflight import PreflightError
     from envsdk.registry import PluginLoadError, load_plugins
 
@@ -936,7 +944,13 @@ def rollout_command(args: argparse.Namespace) -> int:
         if args.external_plugins:
             load_plugins(args.external_plugins)
         batches = _batches_from_args(args)
+        if args.out:
+            # From reading what a resumed run has to writing its summary, --out is this run's alone.
+            hold.enter_context(hold_records(args.out))
         plan = plan_run(args, batches)
+    except RecordsBusy as exc:
+        print(f"envsdk rollout: error: --out {exc}", file=sys.stderr)
+        return 2
     except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2

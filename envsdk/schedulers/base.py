@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from envsdk.records import (
     StepRecord,
     Trajectory,
     check_record,
+    hold_records,
     stated_success,
     summary_facts,
 )
@@ -252,7 +254,8 @@ class TrajectoryWriter:
     Use as a context manager; each record is flushed as it is written so a crash keeps every
     finished trajectory. The file is rewritten, or with `append` continued (a resumed run).
     ``written`` says where this writer's records lie and keeps the fields a run's summary reads
-    of each, so the summary need not read them back from the file.
+    of each, so the summary need not read them back from the file. While open it holds the file
+    (`envsdk.records.hold_records`): a writer in another process gets `RecordsBusy`.
     """
 
     def __init__(self, path: str | Path, form: RecordForm = "lean", *, append: bool = False) -> None:
@@ -260,12 +263,17 @@ class TrajectoryWriter:
         self.form: RecordForm = form
         self.append = append
         self._file: IO[bytes] | None = None
+        self._hold = contextlib.ExitStack()
         self.count = 0
         self.written = RecordsWritten(self.path, 0, 0)
 
     def __enter__(self) -> TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("ab" if self.append else "wb")
+        # Held before the file is opened ("wb" truncates): another process's records are not ours to cut.
+        with contextlib.ExitStack() as hold:
+            hold.enter_context(hold_records(self.path))
+            self._file = self.path.open("ab" if self.append else "wb")
+            self._hold = hold.pop_all()
         start = self._file.seek(0, 2)
         self.written = RecordsWritten(self.path, start, start)
         return self
@@ -290,5 +298,8 @@ class TrajectoryWriter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            try:
+                self._file.close()
+            finally:
+                self._file = None
+                self._hold.close()

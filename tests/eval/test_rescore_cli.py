@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from envsdk.evaluate import pass_at_k
+from envsdk.testing import stop_process
 from tests.cli.conftest import ServeFn, assert_one_line_error, envsdk
 from tests.eval.conftest import by_pair, records
 
@@ -81,3 +84,33 @@ def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], 
     assert result.returncode == 2
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
+@pytest.mark.timeout(120)
+def test_rescore_into_a_file_another_process_is_writing_is_refused_and_leaves_it(tmp_path: Path) -> None:
+    """`--out` of a run still writing: replacing it would send the run's later records to a file
+    that no longer has a name."""
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
+            "reward_components": {"correct": {"value": 1.0, "steps": []}}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    live = tmp_path / "live.jsonl"
+    live.write_text("a record being written\n", encoding="utf-8")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from envsdk.records import hold_records\n"
+         "with hold_records(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()", str(live)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", live.name, cwd=tmp_path)
+        assert result.returncode == 2
+        assert_one_line_error(result, "live.jsonl", f"pid {holder.pid}")
+        assert live.read_text(encoding="utf-8") == "a record being written\n"
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder's cue to let go
+        stop_process(holder)
+    # Free again once the holder is gone.
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", live.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert records(live)[0]["total_reward"] == 2.0

@@ -138,3 +138,37 @@ def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_pat
     assert recover_torn_tail(path) == len(b'{"b": ') and path.read_bytes() == b'{"a": 1}\n'
     path.write_bytes(b'{"b": ')
     assert recover_torn_tail(path) == 6 and path.read_bytes() == b""
+
+
+def test_a_second_rollout_into_a_run_still_writing_is_refused_and_loses_nothing(workdir: Path, serve: ServeFn) -> None:
+    """A second ``envsdk rollout`` into the --out of a run that is still writing (a scheduler that
+    restarts a job it thinks hung, a second terminal) must not interleave with it: ``--resume``
+    would compact the file under the first run (whose later records then go to the replaced
+    file) and play the same missing pairs again, ``--overwrite`` would truncate its records."""
+    url = serve("graded:app", cwd=workdir, env={**user_env(), "GRADED_STEP_S": "0.05"})
+    out = workdir / "busy.jsonl"
+    first = start_interruptible([str(ENVSDK), *_rollout_args(url, out.name)], cwd=workdir, env=user_env(), text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while _lines(out) < 1 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert first.poll() is None and _lines(out) < len(PAIRS), "the first run ended before it could be held"
+        # Held mid-run: its records file open, episodes in flight, none of it finished.
+        first.send_signal(signal.SIGSTOP)
+        try:
+            for extra in (["--resume"], ["--overwrite"]):
+                second = envsdk(*_rollout_args(url, out.name), *extra, cwd=workdir, timeout=60)
+                assert second.returncode == 2, second
+                assert_one_line_error(second, out.name, f"pid {first.pid}")
+        finally:
+            first.send_signal(signal.SIGCONT)
+        assert first.wait(timeout=120) == 0
+    finally:
+        stop_process(first)
+    got = by_pair(out)
+    assert sorted(got) == PAIRS
+    assert len({r["eval"]["attempt"] for r in got.values()}) == 1
+    # Once the first run has ended, the run is free again.
+    again = envsdk(*_rollout_args(url, out.name), "--resume", cwd=workdir)
+    assert again.returncode == 0 and "nothing left to play" in again.stdout, again

@@ -1,0 +1,126 @@
+"""`hold_records`: one process at a time writes a records file, holds nest within a process, and a
+released hold leaves nothing behind."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envsdk.records import RecordsBusy, hold_records, lock_path
+from envsdk.testing import stop_process
+
+pytestmark = pytest.mark.timeout(120)
+
+# A child that takes and releases the hold ROUNDS times, writing "<pid> in" and "<pid> out" to a
+# shared log inside each hold: with holds exclusive, every "in" is followed by its own "out".
+CONTENDER = """\
+import os, sys, time
+from envsdk.records import RecordsBusy, hold_records
+records, log, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+taken = 0
+while taken < rounds:
+    try:
+        with hold_records(records):
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} in\\n")
+            time.sleep(0.001)
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} out\\n")
+        taken += 1
+    except RecordsBusy:
+        pass
+"""
+
+
+def _try_in_child(records: Path) -> str:
+    """What another process gets when it asks for `records`: "held" or the error's text."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from envsdk.records import RecordsBusy, hold_records\n"
+         "try:\n    with hold_records(sys.argv[1]): print('held')\nexcept RecordsBusy as e: print(e)", str(records)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_holds_nest_in_a_process_and_exclude_others_until_the_last_ends(tmp_path: Path) -> None:
+    records = tmp_path / "runs" / "completions.jsonl"  # the folder does not exist yet
+    with hold_records(records):
+        with hold_records(records):
+            assert lock_path(records).read_text() == f"{os.getpid()}\n"
+        busy = _try_in_child(records)
+        assert "completions.jsonl is being written by another process" in busy
+        assert f"pid {os.getpid()}" in busy
+    assert not lock_path(records).exists()
+    assert _try_in_child(records) == "held"
+    assert not lock_path(records).exists()
+
+
+def test_a_stale_lock_file_of_a_killed_holder_is_taken_over(tmp_path: Path) -> None:
+    records = tmp_path / "completions.jsonl"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from envsdk.records import hold_records\n"
+         "with hold_records(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)", str(records)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert f"pid {holder.pid}" in _try_in_child(records)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert lock_path(records).exists()  # SIGKILL: nothing removed it
+    with hold_records(records):
+        pass
+    assert not lock_path(records).exists()
+
+
+def test_holds_taken_and_released_in_a_race_never_overlap(tmp_path: Path) -> None:
+    """Each release removes the lock file while another process may have it open: that process
+    must see that the name now leads elsewhere and try again, or two would hold at once."""
+    records, log = tmp_path / "c.jsonl", tmp_path / "log"
+    script = tmp_path / "contender.py"
+    script.write_text(CONTENDER, encoding="utf-8")
+    children = [subprocess.Popen([sys.executable, str(script), str(records), str(log), "150"]) for _ in range(3)]
+    try:
+        for child in children:
+            assert child.wait(timeout=100) == 0
+    finally:
+        for child in children:
+            stop_process(child)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * 3 * 150
+    for entered, left in zip(lines[::2], lines[1::2]):
+        pid = entered.split()[0]
+        assert (entered, left) == (f"{pid} in", f"{pid} out"), "two processes held the file at once"
+    assert not lock_path(records).exists()
+
+
+def test_a_filesystem_without_locks_is_written_unheld_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    records = tmp_path / "c.jsonl"
+    with caplog.at_level(logging.WARNING, logger="envsdk"), hold_records(records):
+        records.write_text("written\n")
+    assert "no file locks" in caplog.text and "c.jsonl" in caplog.text
+    assert records.read_text() == "written\n"
+
+
+def test_other_lock_errors_are_not_swallowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(fd: int, operation: int) -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", denied)
+    with pytest.raises(OSError, match="Bad file descriptor"), hold_records(tmp_path / "c.jsonl"):
+        pass
