@@ -16,8 +16,10 @@ turns round by round on the same seeds, `--concurrency` episodes at a time, the 
 
 Reported per arm: wall time per episode (the batch's wall time over its episodes: what the
 harness adds to a run), each episode's own latency (p50, p99), and CPU time per episode in
-this process (client, scheduler, policy, records) and in the server process. The overhead is
-the harness's wall time per episode over the bare loop's (median over the rounds), and, less
+this process (client, scheduler, policy, records) and in the server process, and the garbage
+collector's passes and time per episode in this process (part of its CPU time). The overhead is
+the harness's wall time per episode over the bare loop's (median over the rounds' ratios, with a
+95% bootstrap interval for that median: rounds on a shared machine swing by ±20%), and, less
 sensitive to other load on a shared machine, the extra CPU each arm spends per episode over the
 bare loop's whole CPU per episode (client + server). The server does the same work in every
 arm, so its CPU time is taken as the arms' mean (how far the arms' own figures for it lie apart
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import random
 import statistics
 import subprocess
 import sys
@@ -132,6 +136,39 @@ async def scheduler_round(url: str, episodes: int, seed: int, concurrency: int) 
     return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(len(t.steps) for t in report.trajectories)
 
 
+class CollectorTime:
+    """The garbage collector's passes in this process and the time they took, while in its
+    `with` block (through `gc.callbacks`): part of each arm's CPU time, and the part that
+    `envsdk rollout`'s collector set-up cuts."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.passes += 1
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def median_interval(values: list[float], *, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval for the median of `values` (rounds' ratios): how far
+    the median could lie from where this run put it, given the rounds' own spread."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def _row(name: str, walls: list[float], latencies: list[float], episodes: int, steps: int) -> str:
     per_episode = statistics.median(walls) / episodes * 1000
     return (f"| {name} | {per_episode:.2f} ms | {quantile(latencies, 0.5) * 1000:.0f} ms | "
@@ -190,6 +227,7 @@ def main() -> int:
         ratios: list[float] = []
         text_ratios: list[float] = []
         cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}  # (this process, server) per round
+        collector = {name: CollectorTime() for name in arms}
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(bare_round(url, opts.concurrency, 10_000, opts.concurrency))  # warm-up
             # The server generates each seed's board once (TextArena, in its worker processes) and
@@ -205,7 +243,8 @@ def main() -> int:
                 for name in arms[r % len(arms):] + arms[:r % len(arms)]:
                     mark = (time.process_time(), _cpu_seconds(server.pid))
                     out = Path(folder) / f"c{r}.jsonl"
-                    measured[name] = play_round(name, url, opts.episodes, seed, opts.concurrency, out)
+                    with collector[name]:
+                        measured[name] = play_round(name, url, opts.episodes, seed, opts.concurrency, out)
                     cpu[name].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
                 bare, text, harness = measured["bare"], measured["bare_text"], measured["harness"]
                 for name, (wall, lat, steps) in measured.items():
@@ -222,19 +261,22 @@ def main() -> int:
     n = opts.episodes
     print(f"{opts.rounds} rounds x {n} Sudoku-v0 oracle episodes, {opts.concurrency} at a time\n")
     print("| arm | wall time per episode (median round) | episode latency p50 | p99 | steps per episode "
-          "| CPU per episode: this process | server |")
-    print("|---|---|---|---|---|---|---|")
+          "| CPU per episode: this process | server | collector per episode: passes | time |")
+    print("|---|---|---|---|---|---|---|---|---|")
     per_episode_cpu = {
         name: (sum(c for c, _ in rounds) / (n * opts.rounds), sum(s for _, s in rounds) / (n * opts.rounds))
         for name, rounds in cpu.items()
     }
     for name, (walls, lats, steps) in results.items():
         mine, server_cpu = per_episode_cpu[name]
-        print(_row(name, walls, lats, n, steps // opts.rounds) + f" {mine * 1000:.2f} ms | {server_cpu * 1000:.2f} ms |")
+        passes, gc_seconds = collector[name].passes / (n * opts.rounds), collector[name].seconds / (n * opts.rounds)
+        print(_row(name, walls, lats, n, steps // opts.rounds) + f" {mine * 1000:.2f} ms | {server_cpu * 1000:.2f} ms |"
+              f" {passes:.2f} | {gc_seconds * 1000:.2f} ms |")
     print()
     for over, values in (("bare", ratios), ("bare_text", text_ratios)):
-        print(f"harness over {over}, wall time: {statistics.median(values):+.1%} "
-              f"(rounds: {', '.join(f'{x:+.1%}' for x in values)})")
+        low, high = median_interval(values)
+        print(f"harness over {over}, wall time: {statistics.median(values):+.1%}, 95% interval of that median "
+              f"{low:+.1%} to {high:+.1%} (rounds: {', '.join(f'{x:+.1%}' for x in values)})")
     # The server does the same work in every arm (the same seeds and moves): the spread of its CPU
     # time between arms is this machine's noise, so every loop is given the arms' mean server time.
     served = [server_cpu for _, server_cpu in per_episode_cpu.values()]
