@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
@@ -50,6 +50,7 @@ __all__ = [
     "RolloutSummary",
     "RolloutReport",
     "summarize",
+    "EpisodeFacts",
     "make_scheduler",
     "make_requests",
     "load_dataset",
@@ -145,28 +146,48 @@ class RolloutSummary:
         return success_text(self.successes, self.episodes if self.judged is None else self.judged, self.episodes)
 
 
-def summarize(trajectories: Sequence[Trajectory], elapsed_s: float) -> RolloutSummary:
+class EpisodeFacts(NamedTuple):
+    """What a run's summary and its closing checks read of an episode, kept when the episode's
+    trajectory is not (`run_batches` with ``release``)."""
+
+    status: str
+    reason: str | None
+    error_kind: str | None
+    success: bool | None
+    total_reward: float
+    components: dict[str, float]
+    turns: int
+    steps: int
+
+    @classmethod
+    def of(cls, trajectory: Trajectory) -> EpisodeFacts:
+        t = trajectory
+        return cls(t.status, t.reason, t.error_kind, t.success, t.total_reward, episode_components(t), t.turns, len(t.steps))
+
+
+def summarize(trajectories: Sequence[Trajectory | EpisodeFacts], elapsed_s: float) -> RolloutSummary:
     """Success rate, reward and component statistics, turns, throughput and errors by kind.
 
     Components are the episode values a scheduler declared in
     ``rollout_infos["reward_parts"]`` (any rubric's named parts; Sudoku: its five parts),
     each over the episodes that have it (its ``n``).
     """
+    facts = [t if isinstance(t, EpisodeFacts) else EpisodeFacts.of(t) for t in trajectories]
     components: dict[str, list[float]] = {}
-    for traj in trajectories:
-        for key, value in episode_components(traj).items():
+    for episode in facts:
+        for key, value in episode.components.items():
             components.setdefault(key, []).append(value)
     return RolloutSummary(
-        episodes=len(trajectories),
-        successes=sum(1 for t in trajectories if t.success is True),
-        judged=sum(1 for t in trajectories if t.success is not None),
-        statuses=dict(Counter(t.status for t in trajectories)),
-        total_reward=Stat.of([t.total_reward for t in trajectories]),
+        episodes=len(facts),
+        successes=sum(1 for f in facts if f.success is True),
+        judged=sum(1 for f in facts if f.success is not None),
+        statuses=dict(Counter(f.status for f in facts)),
+        total_reward=Stat.of([f.total_reward for f in facts]),
         components={k: Stat.of(v) for k, v in components.items()},
-        turns=Stat.of([float(t.turns) for t in trajectories]),
-        steps=sum(len(t.steps) for t in trajectories),
+        turns=Stat.of([float(f.turns) for f in facts]),
+        steps=sum(f.steps for f in facts),
         elapsed_s=elapsed_s,
-        errors=dict(Counter(t.error_kind or "unknown" for t in trajectories if t.status == "error")),
+        errors=dict(Counter(f.error_kind or "unknown" for f in facts if f.status == "error")),
     )
 
 
@@ -178,6 +199,9 @@ class RolloutReport:
     stopped: str | None = None
     #: What was written to ``out`` (`TrajectoryWriter.written`), when there was one.
     written: RecordsWritten | None = None
+    #: Each finished episode's facts, in the order they finished (whole even when the
+    #: trajectories were released).
+    facts: list[EpisodeFacts] = field(default_factory=list)
 
 
 #: Error kinds that say an episode's server is gone or unreachable, not that the episode went wrong.
@@ -468,14 +492,22 @@ async def run_batches(
     append: bool = False,
     stop_after_connection_errors: int | None = STOP_AFTER_CONNECTION_ERRORS,
     formatter: str | None = None,
+    release: bool = False,
+    facts: list[EpisodeFacts] | None = None,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
 
     A Sudoku batch without a base URL gets a server started here for the run. Trajectories are
     written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
-    interrupted still has them (appended to `out` with `append`, else `out` is rewritten). A failing
-    episode is recorded (status ``error``), never raised.
+    interrupted still has them (appended to `out` with `append`, else `out` is rewritten); their
+    `EpisodeFacts` are appended to `facts` the same way. A failing episode is recorded (status
+    ``error``), never raised.
+
+    With `release` (and `out`), each trajectory keeps only how it ended once its record is
+    written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
+    a run's memory does not grow with its episodes (a Sudoku episode kept whole is about 200 KB).
+    The report's summary and facts are the same either way.
 
     When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
     it died, or cannot be reached), the episodes left are not started: the report then holds the
@@ -487,6 +519,7 @@ async def run_batches(
     if total < 1:
         raise ValueError("nothing to run: no episodes")
     done_list = finished if finished is not None else []
+    done_facts = facts if facts is not None else []
     async with contextlib.AsyncExitStack() as stack:
         writer = stack.enter_context(TrajectoryWriter(out, record, append=append)) if out is not None else None
         bar = None
@@ -503,8 +536,11 @@ async def run_batches(
         def on_done(traj: Trajectory) -> None:
             nonlocal streak
             done_list.append(traj)
+            done_facts.append(EpisodeFacts.of(traj))
             if writer is not None:
                 writer.write(traj)
+                if release:
+                    _release(traj)
             if bar is not None:
                 bar.update(1)
             if traj.status == "error" and traj.error_kind in CONNECTION_ERRORS:
@@ -545,9 +581,20 @@ async def run_batches(
             raise outcome
     written = writer.written if writer is not None else None
     if stopped:
-        return RolloutReport(list(done_list), summarize(done_list, elapsed), stopped[0], written)
+        return RolloutReport(list(done_list), summarize(done_facts, elapsed), stopped[0], written, list(done_facts))
     trajectories = [t for result in outcomes if isinstance(result, list) for t in result]
-    return RolloutReport(trajectories, summarize(trajectories, elapsed), written=written)
+    # Every trajectory passes `on_done`, unless a scheduler's own `run` skipped it.
+    ended = list(done_facts) if len(done_facts) == len(trajectories) else [EpisodeFacts.of(t) for t in trajectories]
+    return RolloutReport(trajectories, summarize(ended, elapsed), written=written, facts=ended)
+
+
+def _release(trajectory: Trajectory) -> None:
+    """Drop what a written trajectory holds beyond how it ended (see `run_batches`)."""
+    trajectory.messages = []
+    trajectory.steps = []
+    trajectory.rollout_infos = {}
+    trajectory.reset_info = {}
+    trajectory.runtime = None
 
 
 async def run_rollouts(
@@ -901,18 +948,18 @@ def _kind_and_reason(kind: str | None, reason: object) -> str:
     return text if kind is None or text.startswith(f"{kind}:") else f"{kind}: {text}"
 
 
-def _no_episode_ran(trajectories: Sequence[Trajectory]) -> str | None:
-    """One line saying why nothing ran, when every trajectory ended in an error."""
-    if any(t.status != "error" for t in trajectories):
+def _no_episode_ran(episodes: Sequence[EpisodeFacts]) -> str | None:
+    """One line saying why nothing ran, when every episode ended in an error."""
+    if not episodes or any(e.status != "error" for e in episodes):
         return None
-    kinds = Counter(t.error_kind or "unknown" for t in trajectories)
+    kinds = Counter(e.error_kind or "unknown" for e in episodes)
     kind, count = kinds.most_common(1)[0]
-    example = _kind_and_reason(kind, next(t.reason for t in trajectories if (t.error_kind or "unknown") == kind))
+    example = _kind_and_reason(kind, next(e.reason for e in episodes if (e.error_kind or "unknown") == kind))
     hint = _WHAT_TO_DO.get(kind)
-    steps = sum(len(t.steps) for t in trajectories)
+    steps = sum(e.steps for e in episodes)
     head = f"every episode ended in an error ({steps} steps ran)" if steps else "no episode ran"
     return (
-        f"{head}: all {len(trajectories)} ended in an error ({count} x {example})"
+        f"{head}: all {len(episodes)} ended in an error ({count} x {example})"
         + (f"; {hint}" if hint else "")
     )
 
@@ -975,7 +1022,7 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
             "environment's reset observation (as ms-swift's gym scheduling does)",
             file=sys.stderr,
         )
-    finished: list[Trajectory] = []
+    finished: list[EpisodeFacts] = []
     if getattr(args, "own_process", False):
         _set_up_collector()
     started = time.perf_counter()
@@ -983,8 +1030,8 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
         report = asyncio.run(
             run_batches(
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
-                record=args.record, progress=not args.no_progress, scheduler=args.scheduler, finished=finished,
-                append=plan.append, formatter=args.formatter,
+                record=args.record, progress=not args.no_progress, scheduler=args.scheduler, facts=finished,
+                append=plan.append, formatter=args.formatter, release=bool(args.out),
             )
         )
     except (EnvNotFoundError, ValueError) as exc:
@@ -1007,14 +1054,14 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
     if args.out:
         print(f"\ntrajectories written to {args.out}")
     if report.stopped is not None:
-        steps = sum(len(t.steps) for t in report.trajectories)
+        steps = sum(f.steps for f in report.facts)
         print(
             f"envsdk rollout: error: stopped after {report.stopped}; {steps} steps ran in "
-            f"{len(report.trajectories)} episodes before; is the environment server still running?",
+            f"{len(report.facts)} episodes before; is the environment server still running?",
             file=sys.stderr,
         )
         return 1
-    failure = _no_episode_ran(report.trajectories)
+    failure = _no_episode_ran(report.facts)
     if failure is not None:
         print(f"envsdk rollout: error: {failure}", file=sys.stderr)
         return 1
