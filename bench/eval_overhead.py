@@ -117,7 +117,7 @@ async def harness_round(url: str, episodes: int, seed: int, concurrency: int, ou
     batch = Batch("sudoku", make_requests("sudoku", episodes, seed, url), SudokuOraclePolicy(), url)
     plan = plan_run(args, [batch])
     report = await run_batches(
-        [batch], concurrency=concurrency, out=out, progress=False, append=plan.append, max_turns=None,
+        [batch], concurrency=concurrency, out=out, progress=False, append=plan.append, max_turns=None, release=True,
     )
     if finish_run(out, report.written) is None:
         raise RuntimeError("no records were written")
@@ -125,7 +125,8 @@ async def harness_round(url: str, episodes: int, seed: int, concurrency: int, ou
     bad = [t for t in report.trajectories if t.status != "done"]
     if bad:
         raise RuntimeError(f"{len(bad)} episodes did not finish: {bad[0].reason}")
-    return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(len(t.steps) for t in report.trajectories)
+    # Released once written, as `envsdk rollout` does: the steps are counted in the facts.
+    return elapsed, [t.timings["total_s"] for t in report.trajectories], sum(f.steps for f in report.facts)
 
 
 async def scheduler_round(url: str, episodes: int, seed: int, concurrency: int) -> tuple[float, list[float], int]:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from envsdk.env import RolloutRequest
 from envsdk.records import (
+    LockFileError,
     RecordError,
     RecordsBusy,
     RecordsWritten,
@@ -667,12 +668,16 @@ def rescore_command(args: argparse.Namespace) -> int:
     except (EvalError, PluginLoadError, ImportError) as exc:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with hold_records(target):  # a run still writing `target` keeps its records
             write_atomically(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    except RecordsBusy as exc:
+    except (RecordsBusy, LockFileError) as exc:
         print(f"envsdk rescore: error: --out {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}", file=sys.stderr)
         return 2
     print(summary.render())
     print(f"\nre-scored records written to {target}")

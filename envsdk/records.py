@@ -54,6 +54,7 @@ import json
 import logging
 import math
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -70,7 +71,7 @@ from envsdk.tokens import TOKENS
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
     "RecordError", "check_record", "quantile", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
-    "RecordsBusy", "hold_records",
+    "RecordsBusy", "LockFileError", "hold_records", "lock_path",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -367,55 +368,83 @@ class RecordsBusy(ValueError):
     """Another process is writing the records file this one was asked to write."""
 
 
-# Records files this process holds: path -> (the lock file's descriptor, how many holders).
-_HELD: dict[str, tuple[int, int]] = {}
+class LockFileError(ValueError):
+    """The lock file beside a records file is something this package did not make (a link, a
+    folder, a pipe): it is not written through, and the user is asked to remove it."""
+
+
+@dataclass
+class _Hold:
+    lock_fd: int  # the lock file, flocked; -1 where the filesystem has no locks
+    data_fd: int  # the records file itself, flocked; -1 until it exists
+    count: int = 0
+
+
+# Records files this process holds, by their lock file's path.
+_HELD: dict[str, _Hold] = {}
 _HELD_LOCK = threading.Lock()
+# What `flock` answers on a filesystem without locks (some network and FUSE ones): the file is
+# then written unheld, with a warning, rather than not at all.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 def lock_path(path: str | Path) -> Path:
-    """The lock file of a records file: ``<name>.lock`` beside it."""
-    path = Path(path)
-    return path.with_name(f"{path.name}.lock")
+    """The lock file of a records file and of the run files named after it (``<stem>.run.toml``,
+    ``<stem>.eval.json``): ``<stem>.lock`` beside the file a symbolic link leads to."""
+    real = Path(os.path.realpath(path))
+    return real.with_name(f"{real.stem}.lock")
 
 
 @contextlib.contextmanager
 def hold_records(path: str | Path) -> Iterator[None]:
     """Hold the records file `path` for this process while in the block: a second process that
-    asks for it gets `RecordsBusy` (naming the holder's pid) instead of appending beside this
-    one, compacting the file under it or truncating it. The hold is an exclusive ``flock`` on
-    ``<name>.lock`` beside the file, which is removed when the hold ends; the kernel drops the
-    lock when the process ends, however it ends, so a SIGKILL leaves only a stale file that the
-    next holder takes over. Within one process holds nest (a run holds its file, then its writer
-    does)."""
+    asks for it, by any of its names, gets `RecordsBusy` (naming the holder's pid) instead of
+    appending beside this one, compacting the file under it or truncating it.
+
+    Two exclusive ``flock`` locks: on ``<stem>.lock`` beside the file (removed when the hold
+    ends), and on the records file itself once it exists (a hard link is the same file). The
+    kernel drops both when the process ends, however it ends: a SIGKILL leaves only a stale lock
+    file that the next holder takes over. Within one process holds nest (a run holds its file,
+    then its writer does), and a nested hold locks the file if it has since been made or
+    replaced."""
     lock = lock_path(path)
-    key = str(lock.resolve())
+    key = str(lock)
     with _HELD_LOCK:
-        held = _HELD.get(key)
-        if held is not None:
-            _HELD[key] = (held[0], held[1] + 1)
+        hold = _HELD.get(key)
+        if hold is None:
+            hold = _Hold(_take(lock, path), -1)
+            try:
+                _hold_data(hold, path)
+            except BaseException:
+                _release(hold, lock)
+                raise
+            _HELD[key] = hold
         else:
-            _HELD[key] = (_take(lock, path), 1)
+            _hold_data(hold, path)
+        hold.count += 1
     try:
         yield
     finally:
         with _HELD_LOCK:
-            fd, count = _HELD[key]
-            if count > 1:
-                _HELD[key] = (fd, count - 1)
-            else:
+            hold.count -= 1
+            if hold.count == 0:
                 del _HELD[key]
-                if fd < 0:  # not held: the filesystem has no locks
-                    return
-                # Unlinked while still locked: a process that opened it meanwhile finds, once it
-                # has the lock, that the name no longer leads to its file, and tries again.
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(lock)
-                os.close(fd)
+                _release(hold, lock)
 
 
-# What `flock` answers on a filesystem without locks (some network and FUSE ones): the file is
-# then written unheld, with a warning, rather than not at all.
-_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
+def _release(hold: _Hold, lock: Path) -> None:
+    if hold.data_fd >= 0:
+        os.close(hold.data_fd)
+    if hold.lock_fd >= 0:
+        # Unlinked while still locked: a process that opened it meanwhile finds, once it has the
+        # lock, that the name no longer leads to its file, and tries again.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        os.close(hold.lock_fd)
+
+
+def _busy(path: str | Path, fd: int, how: str = "") -> RecordsBusy:
+    return RecordsBusy(f"{path} is being written by another process (pid {_holder(fd)}){how}; wait for it to end or stop it")
 
 
 def _take(lock: Path, path: str | Path) -> int:
@@ -423,16 +452,22 @@ def _take(lock: Path, path: str | Path) -> int:
     `RecordsBusy` when another process holds it."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            # Never through a link, and never blocked by a pipe someone put there.
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                what = "a symbolic link" if exc.errno == errno.ELOOP else "a folder"
+                raise LockFileError(f"{lock} is {what}, not a lock file of this package; remove it") from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LockFileError(f"{lock} is not a regular file, not a lock file of this package; remove it")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            busy = _busy(path, fd)
             os.close(fd)
-            raise RecordsBusy(
-                f"{path} is being written by another process (pid {holder}); wait for it to end or stop it,"
-                " then run again (a run that was stopped continues with --resume)"
-            ) from None
+            raise busy from None
         except OSError as exc:
             os.close(fd)
             if exc.errno not in _NO_LOCKS:
@@ -445,11 +480,52 @@ def _take(lock: Path, path: str | Path) -> int:
             os.close(fd)
             raise
         try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+            same = os.path.samestat(os.fstat(fd), os.lstat(lock))
         except FileNotFoundError:  # its holder removed it between our open and our lock
             same = False
         if same:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            pid = f"{os.getpid()}\n".encode()
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
             return fd
         os.close(fd)
+
+
+def _hold_data(hold: _Hold, path: str | Path) -> None:
+    """Lock the records file itself when it exists and its current file is not locked yet."""
+    if hold.lock_fd < 0:
+        return
+    try:
+        fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    try:
+        if hold.data_fd >= 0 and os.path.samestat(os.fstat(hold.data_fd), os.fstat(fd)):
+            os.close(fd)
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        busy = _busy(path, fd, " under another name for the same file")
+        os.close(fd)
+        raise busy from None
+    except BaseException:
+        os.close(fd)
+        raise
+    if hold.data_fd >= 0:
+        os.close(hold.data_fd)
+    hold.data_fd = fd
+
+
+def _holder(fd: int) -> str:
+    """The pid holding an flock on `fd`'s file: from the kernel's list of locks (Linux), else
+    from a lock file's text (the holder writes its pid there), else "unknown"."""
+    st = os.fstat(fd)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with contextlib.suppress(OSError):
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+                    return fields[4]
+    text = os.pread(fd, 32, 0).decode("ascii", "replace")
+    return text.strip() if text.endswith("\n") and text.strip().isdigit() else "unknown"

@@ -996,7 +996,7 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
             hold.enter_context(hold_records(args.out))
         plan = plan_run(args, batches)
     except RecordsBusy as exc:
-        print(f"envsdk rollout: error: --out {exc}", file=sys.stderr)
+        print(f"envsdk rollout: error: --out {exc} (a run that was stopped continues with --resume)", file=sys.stderr)
         return 2
     except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
@@ -1004,7 +1004,8 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
     except OSError as exc:
         # Planning writes the run file beside --out: a folder that cannot be made is a usage error.
         where = f"cannot write --out {args.out} there" if getattr(args, "out", None) else "cannot use a file"
-        print(f"envsdk rollout: error: {where}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        named = f": {exc.filename}" if exc.filename else ""
+        print(f"envsdk rollout: error: {where}: {exc.strerror}{named}", file=sys.stderr)
         return 2
     if plan.to_play == 0:
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")

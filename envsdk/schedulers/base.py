@@ -269,10 +269,16 @@ class TrajectoryWriter:
 
     def __enter__(self) -> TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Held before the file is opened ("wb" truncates): another process's records are not ours to cut.
         with contextlib.ExitStack() as hold:
+            # Opened without cutting it, held (its lock file, and the file itself now that it
+            # exists), and only then cut: another process's records are not ours to cut.
+            file = self.path.open("ab")
+            hold.callback(file.close)
             hold.enter_context(hold_records(self.path))
-            self._file = self.path.open("ab" if self.append else "wb")
+            hold.callback(file.close)  # closed before the hold ends
+            if not self.append:
+                file.truncate(0)
+            self._file = file
             self._hold = hold.pop_all()
         start = self._file.seek(0, 2)
         self.written = RecordsWritten(self.path, start, start)
@@ -298,8 +304,5 @@ class TrajectoryWriter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._file is not None:
-            try:
-                self._file.close()
-            finally:
-                self._file = None
-                self._hold.close()
+            self._file = None
+            self._hold.close()

@@ -7,13 +7,14 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from envsdk.records import RecordsBusy, hold_records, lock_path
+from envsdk.records import LockFileError, hold_records, lock_path
 from envsdk.testing import stop_process
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,8 +35,9 @@ while taken < rounds:
             with open(log, "a") as f:
                 f.write(f"{os.getpid()} out\\n")
         taken += 1
-    except RecordsBusy:
-        pass
+    except RecordsBusy as busy:
+        with open(log + ".refused", "a") as f:
+            f.write(f"{busy}\\n")
 """
 
 
@@ -101,6 +103,52 @@ def test_holds_taken_and_released_in_a_race_never_overlap(tmp_path: Path) -> Non
         pid = entered.split()[0]
         assert (entered, left) == (f"{pid} in", f"{pid} out"), "two processes held the file at once"
     assert not lock_path(records).exists()
+    # Every refusal named its holder, even one that came while the holder was still writing its pid.
+    refused = (tmp_path / "log.refused").read_text().splitlines() if (tmp_path / "log.refused").exists() else []
+    assert all(re.search(r"\(pid \d+\)", line) for line in refused), [x for x in refused if "pid unknown" in x][:3]
+
+
+def test_every_name_of_a_held_file_is_held(tmp_path: Path) -> None:
+    """A symbolic link to the records file, a hard link to it, or a path through a linked folder
+    name the same file: each is refused while it is held (a hard link by the file's own lock)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    records = folder / "c.jsonl"
+    records.write_text("a record\n")
+    (folder / "alias.jsonl").symlink_to("c.jsonl")
+    os.link(records, folder / "hard.jsonl")
+    (tmp_path / "linked").symlink_to(folder)
+    with hold_records(records):
+        for name in (folder / "alias.jsonl", folder / "hard.jsonl", tmp_path / "linked" / "c.jsonl", folder / ".." / "run" / "c.jsonl"):
+            busy = _try_in_child(name)
+            assert f"pid {os.getpid()}" in busy and name.name in busy, (name, busy)
+    # A hold taken through the hard link holds the file against its first name too.
+    with hold_records(folder / "hard.jsonl"):
+        assert f"pid {os.getpid()}" in _try_in_child(records)
+    assert _try_in_child(records) == "held"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "folder", "fifo"])
+def test_a_lock_file_that_is_not_a_file_is_refused_not_written_through(tmp_path: Path, kind: str) -> None:
+    records = tmp_path / "c.jsonl"
+    lock = lock_path(records)
+    victim = tmp_path / "victim.txt"
+    if kind == "symlink":
+        victim.write_text("precious\n")
+        lock.symlink_to(victim)
+    elif kind == "dangling symlink":
+        lock.symlink_to(victim)
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+    with pytest.raises(LockFileError, match=f"{lock.name} is .*remove it"), hold_records(records):
+        pass
+    if kind == "symlink":
+        assert victim.read_text() == "precious\n"
+    else:
+        assert not victim.exists()
+    assert lock.is_symlink() or lock.exists()  # left for the user to look at
 
 
 def test_a_filesystem_without_locks_is_written_unheld_with_a_warning(

@@ -114,3 +114,18 @@ def test_rescore_into_a_file_another_process_is_writing_is_refused_and_leaves_it
     result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", live.name, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert records(live)[0]["total_reward"] == 2.0
+
+
+def test_rescore_with_a_folder_where_its_lock_file_goes_says_so_in_one_line(tmp_path: Path) -> None:
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
+            "reward_components": {"correct": {"value": 1.0, "steps": []}}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    (tmp_path / "out.lock").mkdir()
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", "out.jsonl", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "out.lock is a folder", "remove it")
+    assert not (tmp_path / "out.jsonl").exists()
+    # A file where the output's folder should be: one line too, not a traceback.
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", "c.jsonl/x/o.jsonl", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "cannot write --out c.jsonl/x/o.jsonl there")

@@ -157,10 +157,14 @@ def test_a_second_rollout_into_a_run_still_writing_is_refused_and_loses_nothing(
         # Held mid-run: its records file open, episodes in flight, none of it finished.
         first.send_signal(signal.SIGSTOP)
         try:
-            for extra in (["--resume"], ["--overwrite"]):
-                second = envsdk(*_rollout_args(url, out.name), *extra, cwd=workdir, timeout=60)
+            # The file by its own name, through a symbolic link, and through a hard link.
+            (workdir / "alias.jsonl").symlink_to(out.name)
+            os.link(out, workdir / "hard.jsonl")
+            for name, extra in (("busy.jsonl", "--resume"), ("busy.jsonl", "--overwrite"),
+                                ("alias.jsonl", "--overwrite"), ("hard.jsonl", "--overwrite")):
+                second = envsdk(*_rollout_args(url, name), extra, cwd=workdir, timeout=60)
                 assert second.returncode == 2, second
-                assert_one_line_error(second, out.name, f"pid {first.pid}")
+                assert_one_line_error(second, name, f"pid {first.pid}")
         finally:
             first.send_signal(signal.SIGCONT)
         assert first.wait(timeout=120) == 0
