@@ -43,6 +43,7 @@ from envsdk.records import (
     check_record,
     hold_records,
     read_jsonl_lines,
+    rehold,
     summary_facts,
     write_atomically,
 )
@@ -459,6 +460,7 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         if cut:
             notes.append(f"cut a torn last line ({cut} bytes) off {out}")
         done, moved = _compact(out)
+        rehold(out)  # a compaction renamed a new file over it: lock that one too
         if moved:
             notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
                          f"{out.with_name(out.stem + '.replaced.jsonl')}; they are played again")

@@ -54,6 +54,7 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -71,7 +72,7 @@ from envsdk.tokens import TOKENS
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
     "RecordError", "check_record", "quantile", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
-    "RecordsBusy", "LockFileError", "hold_records", "lock_path",
+    "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -369,8 +370,10 @@ class RecordsBusy(ValueError):
 
 
 class LockFileError(ValueError):
-    """The lock file beside a records file is something this package did not make (a link, a
-    folder, a pipe): it is not written through, and the user is asked to remove it."""
+    """A records file, or the lock file beside it, is not something this package may write: a
+    folder or device given as the records file, or a link, folder, pipe or foreign file where
+    the lock goes. Nothing is written through it, and nothing the package did not make is
+    removed."""
 
 
 @dataclass
@@ -386,13 +389,15 @@ _HELD_LOCK = threading.Lock()
 # What `flock` answers on a filesystem without locks (some network and FUSE ones): the file is
 # then written unheld, with a warning, rather than not at all.
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
+# What a lock file of this package holds: nothing yet, or its holder's pid and a newline.
+_LOCK_TEXT = re.compile(rb"\d{0,20}\n?")
 
 
 def lock_path(path: str | Path) -> Path:
     """The lock file of a records file and of the run files named after it (``<stem>.run.toml``,
-    ``<stem>.eval.json``): ``<stem>.lock`` beside the file a symbolic link leads to."""
-    real = Path(os.path.realpath(path))
-    return real.with_name(f"{real.stem}.lock")
+    ``<stem>.eval.json``): ``<stem>.envsdk.lock`` in the same folder (its real path)."""
+    path = Path(path)
+    return Path(os.path.realpath(path.parent)) / f"{path.stem}.envsdk.lock"
 
 
 @contextlib.contextmanager
@@ -401,17 +406,21 @@ def hold_records(path: str | Path) -> Iterator[None]:
     asks for it, by any of its names, gets `RecordsBusy` (naming the holder's pid) instead of
     appending beside this one, compacting the file under it or truncating it.
 
-    Two exclusive ``flock`` locks: on ``<stem>.lock`` beside the file (removed when the hold
-    ends), and on the records file itself once it exists (a hard link is the same file). The
-    kernel drops both when the process ends, however it ends: a SIGKILL leaves only a stale lock
-    file that the next holder takes over. Within one process holds nest (a run holds its file,
-    then its writer does), and a nested hold locks the file if it has since been made or
-    replaced."""
+    Two exclusive ``flock`` locks: on ``<stem>.envsdk.lock`` beside the file (which also guards
+    the run files named after the stem; removed when the hold ends), and on the records file
+    itself once it exists (a symbolic or hard link to it is the same file). The kernel drops both
+    when the process ends, however it ends: a SIGKILL leaves only a stale lock file that the next
+    holder takes over. Within one process holds nest (a run holds its file, then its writer
+    does); `rehold` locks the file again after it was replaced. `LockFileError` for a `path` that
+    exists and is not a regular file, or a lock file that is not one of this package's."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise LockFileError(f"{path} is {'a folder' if os.path.isdir(path) else 'not a regular file'}; give a file to write")
     lock = lock_path(path)
     key = str(lock)
     with _HELD_LOCK:
         hold = _HELD.get(key)
         if hold is None:
+            lock.parent.mkdir(parents=True, exist_ok=True)
             hold = _Hold(_take(lock, path), -1)
             try:
                 _hold_data(hold, path)
@@ -432,14 +441,25 @@ def hold_records(path: str | Path) -> Iterator[None]:
                 _release(hold, lock)
 
 
+def rehold(path: str | Path) -> None:
+    """Lock the records file `path` again after it was replaced by a new file (a compaction
+    renames one over it), when this process holds it; else nothing."""
+    with _HELD_LOCK:
+        hold = _HELD.get(str(lock_path(path)))
+        if hold is not None:
+            _hold_data(hold, path)
+
+
 def _release(hold: _Hold, lock: Path) -> None:
     if hold.data_fd >= 0:
         os.close(hold.data_fd)
     if hold.lock_fd >= 0:
-        # Unlinked while still locked: a process that opened it meanwhile finds, once it has the
-        # lock, that the name no longer leads to its file, and tries again.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
+        # Removed while still locked, and only while its name still leads to it (the folder may
+        # have been moved, and another run's lock file be there now): a process that opened it
+        # meanwhile finds, once it has the lock, that the name leads elsewhere, and tries again.
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(hold.lock_fd), os.lstat(lock)):
+                os.unlink(lock)
         os.close(hold.lock_fd)
 
 
@@ -447,14 +467,20 @@ def _busy(path: str | Path, fd: int, how: str = "") -> RecordsBusy:
     return RecordsBusy(f"{path} is being written by another process (pid {_holder(fd)}){how}; wait for it to end or stop it")
 
 
-def _take(lock: Path, path: str | Path) -> int:
-    """The locked descriptor of `lock`, whose name leads to it (-1: the filesystem has no locks);
-    `RecordsBusy` when another process holds it."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
+def _open_lock(lock: Path) -> int:
+    """`lock` opened for reading and writing: made when absent (and only then), else taken over
+    when it is a file this package made (empty, or a pid). Never through a link, and never
+    blocked by a pipe someone put there."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     while True:
         try:
-            # Never through a link, and never blocked by a pipe someone put there.
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            try:
+                fd = os.open(lock, flags)
+            except FileNotFoundError:
+                try:
+                    return os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:  # made by another process just now
+                    continue
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EISDIR):
                 what = "a symbolic link" if exc.errno == errno.ELOOP else "a folder"
@@ -463,6 +489,23 @@ def _take(lock: Path, path: str | Path) -> int:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise LockFileError(f"{lock} is not a regular file, not a lock file of this package; remove it")
+            if not _LOCK_TEXT.fullmatch(os.pread(fd, 64, 0)):
+                raise LockFileError(
+                    f"{lock} is not a lock file of this package (it holds something else): move it, or write to"
+                    " another file"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+def _take(lock: Path, path: str | Path) -> int:
+    """The locked descriptor of `lock`, whose name leads to it (-1: the filesystem has no locks);
+    `RecordsBusy` when another process holds it."""
+    while True:
+        fd = _open_lock(lock)
+        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             busy = _busy(path, fd)
@@ -475,6 +518,8 @@ def _take(lock: Path, path: str | Path) -> int:
             logging.getLogger("envsdk").warning(
                 "%s: this filesystem has no file locks (%s); another process could write the same file", path, exc.strerror
             )
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
             return -1
         except BaseException:
             os.close(fd)
@@ -496,7 +541,7 @@ def _hold_data(hold: _Hold, path: str | Path) -> None:
     if hold.lock_fd < 0:
         return
     try:
-        fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return
     try:

@@ -34,7 +34,7 @@ from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
-    RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, quantile, read_jsonl, success_text,
+    LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, quantile, read_jsonl, success_text,
 )
 from envsdk.schedulers import (
     GYMScheduler,
@@ -997,6 +997,9 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
         plan = plan_run(args, batches)
     except RecordsBusy as exc:
         print(f"envsdk rollout: error: --out {exc} (a run that was stopped continues with --resume)", file=sys.stderr)
+        return 2
+    except LockFileError as exc:
+        print(f"envsdk rollout: error: --out {exc}", file=sys.stderr)
         return 2
     except (EnvNotFoundError, PluginLoadError, ImportError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)

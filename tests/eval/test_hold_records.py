@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envsdk.records import LockFileError, hold_records, lock_path
+from envsdk.records import LockFileError, hold_records, lock_path, rehold, write_atomically
 from envsdk.testing import stop_process
 
 pytestmark = pytest.mark.timeout(120)
@@ -172,3 +172,53 @@ def test_other_lock_errors_are_not_swallowed(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(fcntl, "flock", denied)
     with pytest.raises(OSError, match="Bad file descriptor"), hold_records(tmp_path / "c.jsonl"):
         pass
+
+
+def test_a_foreign_file_where_the_lock_goes_is_neither_written_nor_removed(tmp_path: Path) -> None:
+    records = tmp_path / "uv.jsonl"
+    foreign = lock_path(records)
+    foreign.write_text("version = 1\n")
+    with pytest.raises(LockFileError, match="not a lock file of this package"), hold_records(records):
+        pass
+    assert foreign.read_text() == "version = 1\n"
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_records_path_that_is_not_a_file_is_refused_before_anything_is_made(tmp_path: Path, kind: str) -> None:
+    records = tmp_path / "out"
+    records.mkdir() if kind == "folder" else os.mkfifo(records)
+    with pytest.raises(LockFileError, match="out is (a folder|not a regular file)"), hold_records(records):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_hold_whose_folder_was_moved_leaves_the_next_runs_lock_alone(tmp_path: Path) -> None:
+    """A run's folder moved while it runs, and a new run started at the old path: the first one's
+    end must not remove the second one's lock file (which stands where its own used to)."""
+    with hold_records(tmp_path / "g" / "c.jsonl"):
+        (tmp_path / "g").rename(tmp_path / "g2")
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from envsdk.records import hold_records\n"
+             "with hold_records(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()", str(tmp_path / "g" / "c.jsonl")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        # The first hold has ended (above): the second one's lock file is still there, and holds.
+        assert lock_path(tmp_path / "g" / "c.jsonl").exists()
+        assert f"pid {holder.pid}" in _try_in_child(tmp_path / "g" / "c.jsonl")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        stop_process(holder)
+
+
+def test_rehold_locks_the_file_a_compaction_renamed_over_the_held_one(tmp_path: Path) -> None:
+    records = tmp_path / "c.jsonl"
+    records.write_text("old\n")
+    with hold_records(records):
+        write_atomically(records, "compacted\n")  # a new file under the held name
+        os.link(records, tmp_path / "new.jsonl")
+        assert _try_in_child(tmp_path / "new.jsonl") == "held"  # the gap: the new file was not locked
+        rehold(records)
+        assert f"pid {os.getpid()}" in _try_in_child(tmp_path / "new.jsonl")

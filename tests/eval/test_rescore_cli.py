@@ -120,10 +120,10 @@ def test_rescore_with_a_folder_where_its_lock_file_goes_says_so_in_one_line(tmp_
     line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
             "reward_components": {"correct": {"value": 1.0, "steps": []}}}
     (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
-    (tmp_path / "out.lock").mkdir()
+    (tmp_path / "out.envsdk.lock").mkdir()
     result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", "out.jsonl", cwd=tmp_path)
     assert result.returncode == 2
-    assert_one_line_error(result, "out.lock is a folder", "remove it")
+    assert_one_line_error(result, "out.envsdk.lock is a folder", "remove it")
     assert not (tmp_path / "out.jsonl").exists()
     # A file where the output's folder should be: one line too, not a traceback.
     result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", "c.jsonl/x/o.jsonl", cwd=tmp_path)

@@ -108,3 +108,12 @@ def test_a_dataset_row_with_a_seed_that_is_not_an_integer_is_refused(tmp_path: P
     assert result.returncode == 2
     assert_one_line_error(result, "rows.jsonl:2", "seed", "integer")
     assert not (tmp_path / "completions.jsonl").exists()
+
+
+def test_an_out_that_is_a_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    result = envsdk("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--no-progress",
+                    "--out", "d", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "--out d is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and not any((tmp_path / "d").iterdir())
