@@ -409,6 +409,13 @@ def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
             f"--resume: there is no run to resume at {resolved.out} (no {run_file_path(resolved.out)}); "
             "start one with --env NAME or --dataset ROWS.jsonl"
         )
+    if stored is not None and stored.get("out") and resolved.out:
+        # Records files with the same stem (c.jsonl, c.json) share their run files.
+        if Path(str(stored["out"])).name != Path(resolved.out).name:
+            raise EvalError(
+                f"--resume: {run_file_path(resolved.out)} is the run file of {stored['out']}, not of {resolved.out} "
+                "(records files with one stem share their run files); resume that one, or write to another --out"
+            )
     if stored is not None:
         changed = [
             dest for dest, value in stored.items()
@@ -433,6 +440,20 @@ def _holds_records(out: Path) -> bool:
     return out.is_file() and out.stat().st_size > 0
 
 
+def _other_records(out: Path) -> Path | None:
+    """Another records file whose run file is `out`'s (the same stem: c.jsonl and c.json), when
+    it holds records."""
+    run_file = run_file_path(out)
+    try:
+        named = read_run_file(run_file).get("out") if run_file.is_file() else None
+    except RunFileError:
+        return None
+    if not isinstance(named, str) or Path(named).name == out.name:
+        return None
+    other = out.with_name(Path(named).name)
+    return other if _holds_records(other) else None
+
+
 def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     """Expand each batch's requests into groups of ``--rollouts-per-example`` tagged rollouts and,
     with ``--resume``, drop those that already have a record; write the run file. Mutates the
@@ -445,6 +466,13 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     out = Path(args.out) if args.out else None
     if out is None and args.resume:
         raise EvalError("--resume continues the run in --out FILE; give --out")
+    if out is not None and not args.resume:
+        other = _other_records(out)
+        if other is not None:
+            raise EvalError(
+                f"--out {out}: {run_file_path(out)} is the run file of {other}, an earlier run's records with the "
+                "same stem (their run files would be replaced); write to another --out"
+            )
     if out is not None and not args.resume and not getattr(args, "overwrite", False) and _holds_records(out):
         raise EvalError(
             f"--out {out} holds an earlier run's records: give --resume to continue that run, or --overwrite "

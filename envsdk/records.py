@@ -355,6 +355,12 @@ def write_atomically(path: Path, text: str) -> None:
     of one: the text goes to a synced temporary file beside it, which is renamed over it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -529,9 +535,9 @@ def _take(lock: Path, path: str | Path) -> int:
         except FileNotFoundError:  # its holder removed it between our open and our lock
             same = False
         if same:
-            pid = f"{os.getpid()}\n".encode()
-            os.pwrite(fd, pid, 0)
-            os.ftruncate(fd, len(pid))
+            # Emptied first: a process killed between the two leaves a file the next one takes over.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return fd
         os.close(fd)
 
@@ -541,7 +547,9 @@ def _hold_data(hold: _Hold, path: str | Path) -> None:
     if hold.lock_fd < 0:
         return
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        # Opened for writing, which it is held for (a file this process may not write is refused
+        # here, before anything is made; and NFS grants exclusive locks only to writers).
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return
     try:

@@ -222,3 +222,14 @@ def test_rehold_locks_the_file_a_compaction_renamed_over_the_held_one(tmp_path: 
         assert _try_in_child(tmp_path / "new.jsonl") == "held"  # the gap: the new file was not locked
         rehold(records)
         assert f"pid {os.getpid()}" in _try_in_child(tmp_path / "new.jsonl")
+
+
+def test_a_file_replaced_whole_keeps_its_permissions(tmp_path: Path) -> None:
+    """A compaction or a re-score replaces the records file: it stays readable to whom it was."""
+    kept, new = tmp_path / "kept.jsonl", tmp_path / "new.jsonl"
+    kept.write_text("old\n")
+    kept.chmod(0o640)
+    write_atomically(kept, "compacted\n")
+    write_atomically(new, "made\n")
+    assert (kept.stat().st_mode & 0o777, kept.read_text()) == (0o640, "compacted\n")
+    assert new.stat().st_mode & 0o777 == 0o644

@@ -117,3 +117,20 @@ def test_an_out_that_is_a_folder_is_refused_before_anything_is_written(tmp_path:
     assert result.returncode == 2
     assert_one_line_error(result, "--out d is a folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and not any((tmp_path / "d").iterdir())
+
+
+def test_records_files_sharing_a_stem_do_not_take_over_each_others_run(tmp_path: Path) -> None:
+    """c.jsonl and c.json share c.run.toml and c.eval.json: a second run into the other one would
+    replace the first run's run file, and a resume would then continue the wrong run (it said
+    'nothing left to play' for a run stopped half-way)."""
+    command = ("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--max-turns", "2", "--no-progress")
+    first = envsdk(*command, "--out", "q/c.json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_file = (tmp_path / "q" / "c.run.toml").read_bytes()
+    second = envsdk(*command, "--out", "q/c.jsonl", cwd=tmp_path)
+    assert second.returncode == 2
+    assert_one_line_error(second, "c.run.toml is the run file of", "c.json")
+    resumed = envsdk("rollout", "--resume", "--no-progress", "--out", "q/c.jsonl", cwd=tmp_path)
+    assert resumed.returncode == 2
+    assert_one_line_error(resumed, "c.run.toml is the run file of", "c.json", "not of q/c.jsonl")
+    assert (tmp_path / "q" / "c.run.toml").read_bytes() == run_file and not (tmp_path / "q" / "c.jsonl").exists()
