@@ -506,7 +506,7 @@ async def run_batches(
 
     With `release` (and `out`), each trajectory keeps only how it ended once its record is
     written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
-    a run's memory does not grow with its episodes (a Sudoku episode kept whole is about 200 KB).
+    a run's memory does not grow with its episodes (a Sudoku episode kept whole is 200-300 KB).
     The report's summary and facts are the same either way.
 
     When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:

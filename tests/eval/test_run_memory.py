@@ -1,5 +1,5 @@
 """A run's memory does not grow with its episodes: once an episode's record is written, the
-rollout process keeps only how it ended (a Sudoku episode kept whole is about 200 KB, so a
+rollout process keeps only how it ended (a Sudoku episode kept whole is 200-300 KB, so a
 100,000-episode evaluation held every one of them until it ended)."""
 
 from __future__ import annotations
