@@ -580,5 +580,8 @@ def _holder(fd: int) -> str:
                 fields = line.split()
                 if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
                     return fields[4]
-    text = os.pread(fd, 32, 0).decode("ascii", "replace")
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace")
+    except OSError:  # the records file is held open for writing only
+        return "unknown"
     return text.strip() if text.endswith("\n") and text.strip().isdigit() else "unknown"

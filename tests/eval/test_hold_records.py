@@ -128,6 +128,37 @@ def test_every_name_of_a_held_file_is_held(tmp_path: Path) -> None:
     assert _try_in_child(records) == "held"
 
 
+def test_a_busy_file_without_the_kernels_lock_list_is_still_refused_as_busy(tmp_path: Path) -> None:
+    """Where the kernel's list of locks cannot be read (no /proc, or a container hiding it), the
+    holder's pid comes from the lock file or is "unknown"; a file held under another name (whose
+    own descriptor is open for writing only) is still refused as busy, not with an OS error."""
+    records = tmp_path / "c.jsonl"
+    records.write_text("a record\n")
+    os.link(records, tmp_path / "hard.jsonl")
+    child = (
+        "import builtins, sys\n"
+        "real = builtins.open\n"
+        "def hidden(file, *a, **k):\n"
+        "    if file == '/proc/locks': raise PermissionError(13, 'hidden', file)\n"
+        "    return real(file, *a, **k)\n"
+        "builtins.open = hidden\n"
+        "from envsdk.records import RecordsBusy, hold_records\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        with hold_records(name): print('held')\n"
+        "    except RecordsBusy as e: print(e)\n"
+    )
+    with hold_records(records):
+        done = subprocess.run(
+            [sys.executable, "-c", child, str(records), str(tmp_path / "hard.jsonl")],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    same_name, other_name = done.stdout.splitlines()
+    assert f"c.jsonl is being written by another process (pid {os.getpid()})" in same_name  # from the lock file
+    assert "hard.jsonl is being written by another process (pid unknown) under another name" in other_name
+
+
 @pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "folder", "fifo"])
 def test_a_lock_file_that_is_not_a_file_is_refused_not_written_through(tmp_path: Path, kind: str) -> None:
     records = tmp_path / "c.jsonl"
