@@ -20,7 +20,9 @@ import inspect
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -976,13 +978,64 @@ _WHAT_TO_DO = {
 def rollout_command(args: argparse.Namespace) -> int:
     """Run the ``rollout`` command; print the summary. Exit status: 0 when at least one episode
     ran (whatever its reward), 1 when none did or the pre-flight check failed, 2 on a usage
-    error or an --out that another process is writing, 130 on Ctrl-C (after a summary of the
-    episodes that finished)."""
-    with contextlib.ExitStack() as hold:
-        return _rollout_command(args, hold)
+    error or an --out that another process is writing, 130 on Ctrl-C and 143 on SIGTERM (after
+    a summary of the episodes that finished)."""
+    with _sigterm_stops_the_run(getattr(args, "own_process", False)) as stop, contextlib.ExitStack() as hold:
+        return _rollout_command(args, hold, stop)
 
 
-def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> int:
+class _Stop:
+    """How a run was stopped, if it was: by SIGTERM (`terminated`) or else by Ctrl-C."""
+
+    terminated = False
+    #: Whether episodes had started to play.
+    playing = False
+
+    @property
+    def word(self) -> str:
+        return "terminated" if self.terminated else "interrupted"
+
+    @property
+    def status(self) -> int:
+        return 128 + (signal.SIGTERM if self.terminated else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_run(own_process: bool) -> Iterator[_Stop]:
+    """While the run is its process's own: SIGTERM, which job schedulers (Slurm, Kubernetes) and
+    `kill` send before they kill, stops it as Ctrl-C does (the episodes in flight are cancelled,
+    the finished ones summed up, --out let go) instead of ending the process where it stands."""
+    stop = _Stop()
+    if not own_process or threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stop.terminated = True
+        # Ctrl-C's own handler: asyncio's while the episodes play (it cancels them), Python's
+        # KeyboardInterrupt otherwise, or when SIGINT is ignored (a run started with `nohup`).
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if callable(on_sigint):
+            on_sigint(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> int:
+    try:
+        return _play(args, hold, stop)
+    except KeyboardInterrupt:
+        print(f"envsdk rollout: {stop.word}{'' if stop.playing else ' before any episode started'}", file=sys.stderr)
+        return stop.status
+
+
+def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> int:
     from envsdk.preflight import PreflightError
     from envsdk.registry import PluginLoadError, load_plugins
 
@@ -1030,6 +1083,7 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
     if getattr(args, "own_process", False):
         _set_up_collector()
     started = time.perf_counter()
+    stop.playing = True
     try:
         report = asyncio.run(
             run_batches(
@@ -1043,12 +1097,12 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack) -> in
         return 2
     except KeyboardInterrupt:
         total = sum(len(b.requests) for b in batches)
-        print(f"\ninterrupted: {len(finished)} of {total} episodes finished", file=sys.stderr)
+        print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
         if finished:
             print(summarize(finished, time.perf_counter() - started).render())
             if args.out:
                 print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` plays the rest")
-        return 130
+        return stop.status
     print(report.summary.render())
     groups = finish_run(args.out, report.written)
     # A table of one-rollout groups says nothing the summary above did not (every such group

@@ -58,9 +58,10 @@ def test_resume_after_kills_at_random_moments_writes_every_pair_exactly_once(wor
     out = workdir / "killed.jsonl"
     attempts = 0
     for trial in range(10):
-        # Kill (SIGKILL, or Ctrl-C for every third) after a random number of new records, a random
-        # moment later: before the first record, between records, or while one is being written.
-        how = signal.SIGINT if trial % 3 == 2 else signal.SIGKILL
+        # Kill (SIGKILL, or Ctrl-C or a job scheduler's SIGTERM for one trial in four each) after a
+        # random number of new records, a random moment later: before the first record, between
+        # records, or while one is being written.
+        how = (signal.SIGKILL, signal.SIGKILL, signal.SIGINT, signal.SIGTERM)[trial % 4]
         args = _rollout_args(url, out.name) + (["--resume"] if trial else [])
         proc = start_interruptible([str(ENVSDK), *args], cwd=workdir, env=user_env(), text=True,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
