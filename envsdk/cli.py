@@ -259,6 +259,29 @@ COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: ``sys.argv[1:]``), run the chosen subcommand, return its code."""
+    program = "envsdk"
+    try:
+        args = _parse(argv)
+        program = f"envsdk {args.command}"
+        # `module:Name` targets, policies and plugins are looked up in the current folder first,
+        # as `python -m` and uvicorn do; a console script alone would not see it.
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe can no longer be handled
+        return code
+    except KeyboardInterrupt:
+        # Ctrl-C where no command handles it (while the options are read, a module loads, a
+        # report is read): one line and the shell's status for it, as `rollout` says its own.
+        print(f"{program}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`envsdk ... | head`): nothing more to say, and nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     from envsdk import __version__
 
     parser = argparse.ArgumentParser(
@@ -268,26 +291,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for _name, add_parser in COMMANDS:
         add_parser(subparsers)
-    try:
-        args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            # Said by the subcommand's parser: its usage and `envsdk <command>: error:`, not the
-            # top level's, which knows none of the subcommand's options.
-            subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-        args.command_line = list(argv) if argv is not None else sys.argv[1:]
-        # Run as the `envsdk` program, the process is the command's own (see `rollout`'s heap freeze).
-        args.own_process = argv is None
-        # `module:Name` targets, policies and plugins are looked up in the current folder first,
-        # as `python -m` and uvicorn do; a console script alone would not see it.
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        code = _run(args)
-        sys.stdout.flush()  # here, not at exit, where a closed pipe can no longer be handled
-        return code
-    except BrokenPipeError:
-        # The reader went away (`envsdk ... | head`): nothing more to say, and nowhere to say it.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the subcommand's parser: its usage and `envsdk <command>: error:`, not the
+        # top level's, which knows none of the subcommand's options.
+        subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.command_line = list(argv) if argv is not None else sys.argv[1:]
+    # Run as the `envsdk` program, the process is the command's own (see `rollout`'s heap freeze).
+    args.own_process = argv is None
+    return args
 
 
 def _run(args: argparse.Namespace) -> int:

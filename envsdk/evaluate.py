@@ -313,12 +313,23 @@ def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
         done.add(key)
         kept.append(line)
     if moved:
-        with path.with_name(f"{path.stem}.replaced.jsonl").open("a", encoding="utf-8") as aside:
-            aside.writelines(moved)
-            aside.flush()
-            os.fsync(aside.fileno())
+        _put_aside(path.with_name(f"{path.stem}.replaced.jsonl"), moved)
         write_atomically(path, "".join(kept))
     return done, len(moved)
+
+
+def _put_aside(aside: Path, lines: list[str]) -> None:
+    """Add `lines` to the replaced-records file `aside`, each once. A compaction cut short (killed
+    after it put its lines aside, before it rewrote the records file) left them there already,
+    and one killed while it wrote them may have left a torn last line: it is cut, and the next
+    compaction, which finds the same lines to move, writes only those not there yet. The file is
+    replaced whole, so it is never torn again."""
+    had = aside.read_text(encoding="utf-8") if aside.is_file() else ""
+    whole = had[: had.rfind("\n") + 1]
+    present = set(whole.splitlines(keepends=True))
+    new = [line for line in dict.fromkeys(lines) if line not in present]
+    if new or whole != had:
+        write_atomically(aside, whole + "".join(new))
 
 
 # ---------------------------------------------------------------- the rollout command's hooks

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -980,16 +980,25 @@ def rollout_command(args: argparse.Namespace) -> int:
     ran (whatever its reward), 1 when none did or the pre-flight check failed, 2 on a usage
     error or an --out that another process is writing, 130 on Ctrl-C and 143 on SIGTERM (after
     a summary of the episodes that finished)."""
-    with _sigterm_stops_the_run(getattr(args, "own_process", False)) as stop, contextlib.ExitStack() as hold:
+    with _signals_stop_the_run(getattr(args, "own_process", False)) as stop, contextlib.ExitStack() as hold:
         return _rollout_command(args, hold, stop)
 
 
 class _Stop:
-    """How a run was stopped, if it was: by SIGTERM (`terminated`) or else by Ctrl-C."""
+    """How a run was stopped, if it was: by SIGTERM (`terminated`) or else by Ctrl-C; and, while
+    its episodes play, the event loop and task that a stop cancels."""
 
     terminated = False
     #: Whether episodes had started to play.
     playing = False
+    #: Signals received so far.
+    signals = 0
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Task[Any] | None = None
+    #: Whether the event loop runs (from `asyncio.run`'s start to its end, its teardown included).
+    in_loop = False
+    #: Whether the command has returned.
+    finished = False
 
     @property
     def word(self) -> str:
@@ -999,32 +1008,75 @@ class _Stop:
     def status(self) -> int:
         return 128 + (signal.SIGTERM if self.terminated else signal.SIGINT)
 
+    def run(self, main: Coroutine[Any, Any, _T]) -> _T:
+        """``asyncio.run(main)``, cancelled by this stop's signals from the event loop itself.
+
+        Raises KeyboardInterrupt when a signal cancelled it."""
+
+        async def cancellable() -> _T:
+            self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
+            if self.signals:  # a signal came while the loop started
+                raise asyncio.CancelledError
+            return await main
+
+        self.in_loop = True
+        try:
+            return asyncio.run(cancellable())
+        except asyncio.CancelledError:
+            if not self.signals:
+                raise
+            raise KeyboardInterrupt from None
+        finally:
+            self.in_loop, self.loop, self.task = False, None, None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """The first signal stops the run: while the loop runs, by cancelling its main task from
+        the loop (a cancel from the handler itself can land in the middle of the loop's own
+        bookkeeping), before it by raising KeyboardInterrupt, and after the command returned not
+        at all (the process is ending). A second one is only noted: the stop that closes the
+        episodes' sessions and the embedded server goes on (a second raise had cut it short and
+        hung the process at exit). A third ends the process at once, for a stop that waits on
+        something hung; the records written stay, and --resume takes it from there."""
+        self.signals += 1
+        if self.signals == 1:
+            self.terminated = signum == signal.SIGTERM
+            if self.finished:
+                return
+            if not self.in_loop:
+                raise KeyboardInterrupt
+            loop, task = self.loop, self.task
+            if loop is not None and task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(task.cancel)
+        elif self.signals == 2:
+            # Not print(): the handler may run in the middle of a write to the same stream.
+            os.write(2, b"\nenvsdk rollout: already stopping (signal once more to end at once)\n")
+        else:
+            os.write(2, f"\nenvsdk rollout: {self.word}: ended at once\n".encode())
+            os._exit(self.status)
+
 
 @contextlib.contextmanager
-def _sigterm_stops_the_run(own_process: bool) -> Iterator[_Stop]:
-    """While the run is its process's own: SIGTERM, which job schedulers (Slurm, Kubernetes) and
-    `kill` send before they kill, stops it as Ctrl-C does (the episodes in flight are cancelled,
-    the finished ones summed up, --out let go) instead of ending the process where it stands."""
+def _signals_stop_the_run(own_process: bool) -> Iterator[_Stop]:
+    """While the run is its process's own: Ctrl-C (unless the process ignores it, as under
+    `nohup`) and SIGTERM, which job schedulers (Slurm, Kubernetes) and `kill` send before they
+    kill, stop it (the episodes in flight are cancelled, the finished ones summed up, --out let
+    go) instead of ending the process where it stands (see `_Stop.on_signal`). The handlers stay
+    for the rest of the process, whose exit (the interpreter joining the game workers) the
+    default action would otherwise cut with a kill."""
     stop = _Stop()
     if not own_process or threading.current_thread() is not threading.main_thread():
         yield stop
         return
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        stop.terminated = True
-        # Ctrl-C's own handler: asyncio's while the episodes play (it cancels them), Python's
-        # KeyboardInterrupt otherwise, or when SIGINT is ignored (a run started with `nohup`).
-        on_sigint = signal.getsignal(signal.SIGINT)
-        if callable(on_sigint):
-            on_sigint(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    handled = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        handled.append(signal.SIGINT)
+    for signum in handled:
+        signal.signal(signum, stop.on_signal)
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        stop.finished = True
 
 
 def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> int:
@@ -1085,7 +1137,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     started = time.perf_counter()
     stop.playing = True
     try:
-        report = asyncio.run(
+        report = stop.run(
             run_batches(
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
                 record=args.record, progress=not args.no_progress, scheduler=args.scheduler, facts=finished,
@@ -1160,6 +1212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command_line = ["rollout", *(argv if argv is not None else sys.argv[1:])]
     args = parser.parse_args(command_line)
     args.command_line = command_line
+    # Run as a program, the process is the command's own (its signals, its collector).
+    args.own_process = argv is None
     return int(args.func(args))
 
 

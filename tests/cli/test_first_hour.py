@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -307,6 +308,123 @@ def test_10_sigterm_stops_the_run_as_ctrl_c_does_and_lets_go_of_its_out_file(fol
     written = out.read_bytes()
     assert written.endswith(b"\n") and len(written.splitlines()) >= 1
     assert all(json.loads(line)["status"] for line in written.splitlines())
+
+
+def _stop_a_run(
+    folder: Path, signals: list[tuple[float, signal.Signals]], *, ignore_ctrl_c: bool = False,
+    program: tuple[str, ...] = (str(ENVSDK), "rollout"),
+) -> tuple[int, str, str]:
+    """Start a Sudoku run into ``c.jsonl``, wait for its first record, then send `signals` to the
+    process, each after its delay in seconds; the run's exit status, stdout and stderr."""
+    start = start_interruptible if not ignore_ctrl_c else subprocess.Popen
+    proc = start(
+        [*program, "--env", "sudoku", "--episodes", "400", "--concurrency", "8", "--no-progress",
+         "--out", "c.jsonl"],
+        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A run started with `nohup` or in a script's background ignores Ctrl-C from its start.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_ctrl_c else None,
+    )
+    try:
+        out = folder / "c.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 1):
+            time.sleep(0.1)
+        assert out.exists() and out.read_bytes().count(b"\n") >= 1, "no episode finished in time"
+        for delay, signum in signals:
+            time.sleep(delay)
+            proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stdout, stderr
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("signals", "status"),
+    [
+        # `kill` twice in a row, Ctrl-C then `kill`, and a second `kill` while the first one's
+        # episodes are being closed: the run stops once, as on the first, and says so.
+        ([(0, signal.SIGTERM), (0.005, signal.SIGTERM)], 143),
+        ([(0, signal.SIGINT), (0.005, signal.SIGTERM)], 130),
+        ([(0, signal.SIGTERM), (0.1, signal.SIGTERM)], 143),
+        ([(0, signal.SIGTERM), (0.2, signal.SIGINT)], 143),
+    ],
+    ids=["term-term", "int-term", "term-then-term-while-stopping", "term-then-int-while-stopping"],
+)
+def test_10_a_second_signal_while_a_run_stops_neither_hangs_nor_cuts_its_stop_short(
+    folder: Path, signals: list[tuple[float, signal.Signals]], status: int
+) -> None:
+    """A second Ctrl-C or `kill` while a run stops (an impatient user, a script that signals
+    twice) lets the stop finish: the summary, --out let go, no traceback. It had raised in the
+    middle of closing the episodes' sessions and the embedded server, and the process then hung
+    on a lock at exit or was killed by the default action with the lock file left."""
+    code, stdout, stderr = _stop_a_run(folder, signals)
+    # One that comes after the stop, as the interpreter ends (it resets the handlers then), takes
+    # the signal's default action: for a shell or a job scheduler, the same status.
+    assert code in (status, -signals[-1][1]), (code, stderr)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "Task was destroyed" not in stderr, stderr
+    assert "of 400 episodes finished" in stderr and "success rate" in stdout, (stdout, stderr)
+    assert not (folder / "c.envsdk.lock").exists()
+
+
+def test_10_sigterm_stops_a_run_that_ignores_ctrl_c(folder: Path) -> None:
+    """A run started with `nohup` or in a script's background ignores Ctrl-C; SIGTERM still stops
+    it as Ctrl-C would have (it had raised KeyboardInterrupt wherever the loop stood)."""
+    code, stdout, stderr = _stop_a_run(folder, [(0, signal.SIGTERM)], ignore_ctrl_c=True)
+    assert code == 143, (code, stderr)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "terminated:" in stderr and "success rate" in stdout, (stdout, stderr)
+    assert not (folder / "c.envsdk.lock").exists()
+
+
+def test_10_the_rollout_module_run_on_its_own_stops_on_sigterm_too(folder: Path) -> None:
+    """``python -m envsdk.rollout`` is the same command: SIGTERM stops it as it stops `envsdk
+    rollout` (it had ended the process where it stood, leaving the lock file)."""
+    code, stdout, stderr = _stop_a_run(folder, [(0, signal.SIGTERM)], program=(sys.executable, "-m", "envsdk.rollout"))
+    assert code == 143, (code, stderr)
+    assert "terminated:" in stderr and "success rate" in stdout, (stdout, stderr)
+    assert not (folder / "c.envsdk.lock").exists()
+
+
+def test_10_a_third_signal_ends_a_stop_that_hangs_at_once(folder: Path) -> None:
+    """A stop waits for the episodes in flight; one that never ends (here a policy that blocks its
+    process's event loop) is ended at once by a third Ctrl-C or `kill`, with the status of the
+    first signal, and what was written stays for --resume."""
+    marker = folder / "blocking"
+    (folder / "stuck_policy.py").write_text(
+        "import pathlib, time\n"
+        "from envsdk.policies import SudokuOraclePolicy\n"
+        "class Stuck(SudokuOraclePolicy):\n"
+        "    async def act(self, messages):\n"
+        f"        pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "        time.sleep(120)  # blocks the event loop: no cancel reaches it\n",
+        encoding="utf-8",
+    )
+    proc = start_interruptible(
+        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "stuck_policy:Stuck", "--episodes", "2",
+         "--no-progress", "--out", "c.jsonl"],
+        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not marker.exists():
+            time.sleep(0.1)
+        assert marker.exists(), "the policy was never asked to act"
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGTERM):
+            proc.send_signal(signum)
+            time.sleep(0.3)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, stderr)
+    assert "already stopping (signal once more to end at once)" in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "envsdk rollout: interrupted: ended at once", stderr
+    assert "Traceback" not in stderr, stderr
 
 
 def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: Path) -> None:

@@ -121,6 +121,25 @@ def test_records_of_a_server_that_went_away_are_played_again_on_resume(workdir: 
         assert len(records(workdir / "r.replaced.jsonl")) == len(errors)
 
 
+def test_a_compaction_cut_short_neither_repeats_nor_tears_the_replaced_file(workdir: Path, serve: ServeFn) -> None:
+    """A resume killed while it compacts (after it put the records it replaces aside, before it
+    rewrote the records file, here part-way through the last one) left them in both files: the
+    next resume put them aside a second time, after a torn line."""
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "r.jsonl"), cwd=workdir).returncode == 0
+    out = workdir / "r.jsonl"
+    # Two records written twice (what compaction moves aside, as it moves those of errors).
+    twice = out.read_bytes().splitlines(keepends=True)[:2]
+    with out.open("ab") as handle:
+        handle.writelines(twice)
+    (workdir / "r.replaced.jsonl").write_bytes(twice[0] + twice[1][:40])
+    resumed = envsdk(*_rollout_args(url, "r.jsonl"), "--resume", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(by_pair(out)) == PAIRS
+    moved = sorted(json.loads(line)["uuid"] for line in twice)
+    assert sorted(r["uuid"] for r in records(workdir / "r.replaced.jsonl")) == moved
+
+
 def test_resume_refuses_options_that_change_what_the_run_plays(workdir: Path, serve: ServeFn) -> None:
     url = serve("graded:app", cwd=workdir)
     assert envsdk(*_rollout_args(url, "s.jsonl"), cwd=workdir).returncode == 0
