@@ -254,6 +254,18 @@ def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder
 # 10 -----------------------------------------------------------------------------------------
 
 
+def _ctrl_c(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Press Ctrl-C on `proc`, started in its own process group (SIGINT to the whole group, as
+    from a terminal); its stdout and stderr once it ended (killed after 60 s)."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_10_ctrl_c_prints_the_finished_episodes_summary_without_tracebacks(folder: Path) -> None:
     proc = start_interruptible(
         [str(ENVSDK), "rollout", "--env", "sudoku", "--episodes", "400", "--concurrency", "2", "--no-progress"],
@@ -267,12 +279,8 @@ def test_10_ctrl_c_prints_the_finished_episodes_summary_without_tracebacks(folde
         while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 1):
             time.sleep(0.2)
         assert out.exists() and out.read_bytes().count(b"\n") >= 1, "no episode finished in time"
-        os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stdout, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert "interrupted:" in stderr and "of 400 episodes finished" in stderr
@@ -283,29 +291,13 @@ def test_10_sigterm_stops_the_run_as_ctrl_c_does_and_lets_go_of_its_out_file(fol
     """A job scheduler (Slurm, Kubernetes) or `kill` stops a run with SIGTERM before it kills it:
     the run ends as on Ctrl-C (the finished episodes' summary, how to resume, no traceback), with
     the shell's status for SIGTERM, and its hold on --out is let go (no lock file is left)."""
-    proc = subprocess.Popen(
-        [str(ENVSDK), "rollout", "--env", "sudoku", "--episodes", "400", "--concurrency", "2", "--no-progress",
-         "--out", "c.jsonl"],
-        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        out = folder / "c.jsonl"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 1):
-            time.sleep(0.2)
-        assert out.exists() and out.read_bytes().count(b"\n") >= 1, "no episode finished in time"
-        proc.send_signal(signal.SIGTERM)  # to the process alone, as `kill PID` does
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, stderr)
+    code, stdout, stderr = _stop_a_run(folder, [(0, signal.SIGTERM)])  # to the process alone, as `kill PID` does
+    assert code == 128 + signal.SIGTERM, (code, stderr)
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert "terminated:" in stderr and "of 400 episodes finished" in stderr, stderr
     assert "success rate" in stdout and "envsdk rollout --resume --out c.jsonl" in stdout, stdout
     assert not (folder / "c.envsdk.lock").exists()
-    written = out.read_bytes()
+    written = (folder / "c.jsonl").read_bytes()
     assert written.endswith(b"\n") and len(written.splitlines()) >= 1
     assert all(json.loads(line)["status"] for line in written.splitlines())
 
@@ -448,12 +440,8 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
         while time.monotonic() < deadline and not marker.exists():
             time.sleep(0.1)
         assert marker.exists(), "the policy module was never loaded"
-        os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "envsdk rollout: interrupted before any episode started", stderr
