@@ -1016,6 +1016,7 @@ class _Stop:
         async def cancellable() -> _T:
             self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
             if self.signals:  # a signal came while the loop started
+                main.close()
                 raise asyncio.CancelledError
             return await main
 
@@ -1049,11 +1050,18 @@ class _Stop:
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(task.cancel)
         elif self.signals == 2:
-            # Not print(): the handler may run in the middle of a write to the same stream.
-            os.write(2, b"\nenvsdk rollout: already stopping (signal once more to end at once)\n")
+            _note("envsdk rollout: already stopping (signal once more to end at once)")
         else:
-            os.write(2, f"\nenvsdk rollout: {self.word}: ended at once\n".encode())
+            _note(f"envsdk rollout: {self.word}: ended at once")
             os._exit(self.status)
+
+
+def _note(line: str) -> None:
+    """Say `line` on stderr from a signal handler: not with print(), as the handler may run in the
+    middle of a write to the same stream, and not at all where stderr is gone (a closed pipe):
+    a raise here would land in the middle of the stop."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"\n{line}\n".encode())
 
 
 @contextlib.contextmanager
@@ -1083,7 +1091,8 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack, stop:
     try:
         return _play(args, hold, stop)
     except KeyboardInterrupt:
-        print(f"envsdk rollout: {stop.word}{'' if stop.playing else ' before any episode started'}", file=sys.stderr)
+        with contextlib.suppress(BrokenPipeError):
+            print(f"envsdk rollout: {stop.word}{'' if stop.playing else ' before any episode started'}", file=sys.stderr)
         return stop.status
 
 
@@ -1149,11 +1158,19 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         return 2
     except KeyboardInterrupt:
         total = sum(len(b.requests) for b in batches)
-        print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
-        if finished:
-            print(summarize(finished, time.perf_counter() - started).render())
-            if args.out:
-                print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` plays the rest")
+        # Said even where stdout or stderr is a closed pipe (`| head`, a logger gone): the
+        # status is the stop's, not a write error's.
+        with contextlib.suppress(BrokenPipeError):
+            print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
+        try:
+            if finished:
+                print(summarize(finished, time.perf_counter() - started).render())
+                if args.out:
+                    rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
+                    print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return stop.status
     print(report.summary.render())
     groups = finish_run(args.out, report.written)

@@ -70,13 +70,20 @@ DEFAULT_TASK_TIMEOUT_S = 30.0
 QUEUED_PER_WORKER = 64
 
 
+#: The signals a worker leaves to its parent: a terminal's Ctrl-C and `kill -TERM -PGID` (a job
+#: runner stopping a process group) reach every process of the group.
+_PARENTS_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _worker_main(conn: Connection, preload: tuple[str, ...]) -> None:
     """A worker process: import `preload`, say it is ready, then run each ``(fn, args)``
     received and send back ``(ok, value)``."""
-    # Ctrl-C is the parent's to handle. The parent started this process with SIGINT blocked
-    # (`_Worker`), so none could arrive before this line: ignore it from now on, then unblock it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # Ctrl-C and a SIGTERM to the process group are the parent's to handle (it kills its
+    # workers as it stops). The parent started this process with both blocked (`_Worker`), so
+    # none could arrive before this line: ignore them from now on, then unblock them.
+    for signum in _PARENTS_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENTS_SIGNALS)
     for module in preload:
         try:
             importlib.import_module(module)
@@ -122,14 +129,14 @@ class _Worker:
         self.process = get_context("spawn").Process(
             target=_worker_main, args=(child, preload), name=name, daemon=True
         )
-        # The new interpreter inherits this thread's signal mask: with SIGINT blocked it cannot be
-        # interrupted while it imports its start-up code, whichever thread starts it (a server's
-        # own, a replacement's), by a Ctrl-C at the terminal, which reaches the whole process
-        # group and is the parent's to answer. The start launches multiprocessing's resource
-        # tracker if it is not running, and that launch unblocks SIGINT in this thread when it
-        # is done: launched first, it leaves the mask alone.
+        # The new interpreter inherits this thread's signal mask: with SIGINT and SIGTERM blocked
+        # it cannot be interrupted while it imports its start-up code, whichever thread starts it
+        # (a server's own, a replacement's), by a Ctrl-C at the terminal or a SIGTERM to the
+        # process group, which reach the whole group and are the parent's to answer. The start
+        # launches multiprocessing's resource tracker if it is not running, and that launch
+        # unblocks both in this thread when it is done: launched first, it leaves the mask alone.
         resource_tracker.ensure_running()
-        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _PARENTS_SIGNALS)
         try:
             self.process.start()
         finally:

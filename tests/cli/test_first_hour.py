@@ -304,10 +304,11 @@ def test_10_sigterm_stops_the_run_as_ctrl_c_does_and_lets_go_of_its_out_file(fol
 
 def _stop_a_run(
     folder: Path, signals: list[tuple[float, signal.Signals]], *, ignore_ctrl_c: bool = False,
-    program: tuple[str, ...] = (str(ENVSDK), "rollout"),
+    program: tuple[str, ...] = (str(ENVSDK), "rollout"), stderr_gone: bool = False,
 ) -> tuple[int, str, str]:
     """Start a Sudoku run into ``c.jsonl``, wait for its first record, then send `signals` to the
-    process, each after its delay in seconds; the run's exit status, stdout and stderr."""
+    process, each after its delay in seconds; the run's exit status, stdout and stderr (with
+    `stderr_gone`, a pipe whose reader has closed it, as a logger that died leaves it)."""
     start = start_interruptible if not ignore_ctrl_c else subprocess.Popen
     proc = start(
         [*program, "--env", "sudoku", "--episodes", "400", "--concurrency", "8", "--no-progress",
@@ -316,6 +317,10 @@ def _stop_a_run(
         # A run started with `nohup` or in a script's background ignores Ctrl-C from its start.
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_ctrl_c else None,
     )
+    if stderr_gone:
+        assert proc.stderr is not None
+        proc.stderr.close()
+        proc.stderr = None
     try:
         out = folder / "c.jsonl"
         deadline = time.monotonic() + 120
@@ -330,7 +335,7 @@ def _stop_a_run(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, stdout, stderr
+    return proc.returncode, stdout, stderr or ""
 
 
 @pytest.mark.timeout(600)
@@ -359,6 +364,16 @@ def test_10_a_second_signal_while_a_run_stops_neither_hangs_nor_cuts_its_stop_sh
     assert code in (status, -signals[-1][1]), (code, stderr)
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "Task was destroyed" not in stderr, stderr
     assert "of 400 episodes finished" in stderr and "success rate" in stdout, (stdout, stderr)
+    assert not (folder / "c.envsdk.lock").exists()
+
+
+def test_10_a_run_whose_stderr_is_gone_still_stops_with_its_summary_and_status(folder: Path) -> None:
+    """With stderr a pipe nobody reads any more (``2>&1 | head``, a logger that died), the stop's
+    notes cannot be written: the stop goes on without them (a second signal's note had raised
+    in the middle of it, and the first one's line had cut the summary: status 1)."""
+    code, stdout, _ = _stop_a_run(folder, [(0, signal.SIGTERM), (0.005, signal.SIGTERM)], stderr_gone=True)
+    assert code in (143, -signal.SIGTERM), code
+    assert "success rate" in stdout and "envsdk rollout --resume --out c.jsonl" in stdout, stdout
     assert not (folder / "c.envsdk.lock").exists()
 
 

@@ -157,3 +157,22 @@ async def test_a_manager_still_entering_when_cancelled_is_exited_once_it_has_ent
     with pytest.raises(asyncio.CancelledError):
         await work
     assert calls == ["enter", "exit"]
+
+
+def test_a_stop_signalled_while_the_event_loop_starts_closes_the_run_unplayed() -> None:
+    """A signal between the event loop's start and the run's first step: the run is not played,
+    the stop says so (KeyboardInterrupt), and the run's coroutine is closed, not left for the
+    collector to warn about ("coroutine ... was never awaited")."""
+    from envsdk.rollout import _Stop
+
+    played = []
+
+    async def run() -> None:
+        played.append(True)
+
+    stop = _Stop()
+    stop.signals = 1  # as the handler leaves it when the signal came before the loop ran
+    main = run()
+    with pytest.raises(KeyboardInterrupt):
+        stop.run(main)
+    assert played == [] and main.cr_frame is None  # closed

@@ -300,12 +300,13 @@ started = threading.Thread(target=pool.warm)  # a server's startup runs in a thr
 started.start()
 started.join()
 pids = [worker.process.pid for worker in pool._pool]
-# Ctrl-C at a terminal reaches the whole process group: here, each worker while it still
-# imports its start-up code, again and again for a second.
+# Ctrl-C at a terminal, or SIGTERM to the process group (`kill -TERM -PGID`, a job runner),
+# reaches every process of it: here each worker, while it still imports its start-up code,
+# again and again for a second.
 until = time.monotonic() + 1.0
 while time.monotonic() < until:
     for pid in pids:
-        os.kill(pid, signal.SIGINT)
+        os.kill(pid, getattr(signal, os.environ["SIGNAL"]))
     time.sleep(0.02)
 print(pool.generate("k", "kind", os.getpid, timeout_s=60) != os.getpid(), flush=True)
 print(sorted(w.process.pid for w in pool._pool if w.process.is_alive()) == sorted(pids), flush=True)
@@ -313,12 +314,16 @@ pool.shutdown()
 """
 
 
-def test_workers_started_from_any_thread_ignore_ctrl_c_from_their_first_instruction() -> None:
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_workers_started_from_any_thread_ignore_ctrl_c_from_their_first_instruction(signame: str) -> None:
     """A server starts its game workers in its own thread (an embedded server, a replacement
-    worker): they must not die of a Ctrl-C meant for the parent while they start (a
-    KeyboardInterrupt traceback from the worker's start-up imports, and a worker lost)."""
+    worker): they must not die of a Ctrl-C or a SIGTERM meant for the parent's process group
+    while they start or run (a KeyboardInterrupt traceback from the worker's start-up imports, a
+    worker lost, and the server's 'game worker process died' traceback mid-step); the parent
+    stops them (it kills them) as it stops itself."""
     done = subprocess.run(
         [sys.executable, "-c", _THREAD_START_SCRIPT], cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SIGNAL": signame},
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
