@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from envsdk._stdout import let_stdout_go
 from envsdk.env import Env, Environment, step_types
 from envsdk.errors import EnvSDKError
 
@@ -277,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (`envsdk ... | head`): nothing more to say, and nowhere to say it.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        let_stdout_go()
         return 1
 
 

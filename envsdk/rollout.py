@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
+from envsdk._stdout import let_stdout_go
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
@@ -1170,7 +1171,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
                     print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
             sys.stdout.flush()
         except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            let_stdout_go()
         return stop.status
     print(report.summary.render())
     groups = finish_run(args.out, report.written)
