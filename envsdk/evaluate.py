@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import itertools
 import json
 import math
 import os
 import re
 import secrets
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -323,13 +325,42 @@ def _put_aside(aside: Path, lines: list[str]) -> None:
     after it put its lines aside, before it rewrote the records file) left them there already,
     and one killed while it wrote them may have left a torn last line: it is cut, and the next
     compaction, which finds the same lines to move, writes only those not there yet. The file is
-    replaced whole, so it is never torn again."""
-    had = aside.read_text(encoding="utf-8") if aside.is_file() else ""
-    whole = had[: had.rfind("\n") + 1]
-    present = set(whole.splitlines(keepends=True))
-    new = [line for line in dict.fromkeys(lines) if line not in present]
-    if new or whole != had:
-        write_atomically(aside, whole + "".join(new))
+    replaced whole, so it is never torn again. It grows with every resumed run (a Sudoku episode
+    is a few hundred KB), so it is read line by line, keeping a digest per line, never whole."""
+    present: set[bytes] = set()
+    torn = False
+    try:
+        with aside.open("rb") as handle:
+            for raw in handle:
+                if raw.endswith(b"\n"):
+                    present.add(_digest(raw))
+                else:
+                    torn = True
+    except FileNotFoundError:
+        pass
+    new: dict[bytes, str] = {}
+    for line in lines:
+        whole = line if line.endswith("\n") else line + "\n"
+        new.setdefault(_digest(whole.encode("utf-8")), whole)
+    for digest in present.intersection(new):
+        del new[digest]
+    if new or torn:
+        write_atomically(aside, itertools.chain(_whole_lines(aside), new.values()))
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _whole_lines(path: Path) -> Iterator[str]:
+    """The lines of `path` that end in a newline (a torn last one is left out), one at a time."""
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                if raw.endswith(b"\n"):
+                    yield raw.decode("utf-8")
+    except FileNotFoundError:
+        return
 
 
 # ---------------------------------------------------------------- the rollout command's hooks

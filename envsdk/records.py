@@ -58,7 +58,7 @@ import re
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter, methodcaller
@@ -350,9 +350,10 @@ def read_jsonl_lines(
             yield where, line if line.endswith("\n") else line + "\n", value
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a reader sees the old file or the new one, never part
-    of one: the text goes to a synced temporary file beside it, which is renamed over it."""
+def write_atomically(path: Path, text: str | Iterable[str]) -> None:
+    """Replace `path` with `text` (a string, or pieces written one after another) so that a
+    reader sees the old file or the new one, never part of one: the text goes to a synced
+    temporary file beside it, which is renamed over it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.
@@ -362,7 +363,10 @@ def write_atomically(path: Path, text: str) -> None:
             mode = 0o644
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

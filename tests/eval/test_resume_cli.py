@@ -9,11 +9,12 @@ import random
 import signal
 import subprocess
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from envsdk.evaluate import recover_torn_tail
+from envsdk.evaluate import _put_aside, recover_torn_tail
 from envsdk.testing import stop_process
 from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, start_interruptible, user_env
 from tests.eval.conftest import by_pair, comparable, records
@@ -138,6 +139,31 @@ def test_a_compaction_cut_short_neither_repeats_nor_tears_the_replaced_file(work
     assert sorted(by_pair(out)) == PAIRS
     moved = sorted(json.loads(line)["uuid"] for line in twice)
     assert sorted(r["uuid"] for r in records(workdir / "r.replaced.jsonl")) == moved
+
+
+def test_putting_records_aside_reads_the_replaced_file_line_by_line_not_whole(tmp_path: Path) -> None:
+    """The replaced-records file grows with every resumed run that replays errors (a Sudoku
+    record is a few hundred KB): a compaction held all of it in memory, as one string and then
+    as a set of its lines, to find which of the lines it moves were there already."""
+    aside = tmp_path / "r.replaced.jsonl"
+    old = [json.dumps({"uuid": f"old-{n}", "pad": "x" * 200_000}) + "\n" for n in range(320)]  # 64 MB
+    with aside.open("w") as handle:
+        handle.writelines(old)
+        handle.write('{"uuid": "torn')
+    moving = [old[7], json.dumps({"uuid": "new-0"}) + "\n", json.dumps({"uuid": "new-1"}), old[7]]
+    tracemalloc.start()
+    try:
+        _put_aside(aside, moving)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8_000_000, f"{peak / 1e6:.0f} MB held to put 4 lines aside in a 64 MB file"
+    kept = aside.read_text().splitlines(keepends=True)
+    # What was there stays, the torn line is cut, and each new line is added once.
+    assert kept == [*old, json.dumps({"uuid": "new-0"}) + "\n", json.dumps({"uuid": "new-1"}) + "\n"]
+    before = aside.stat()
+    _put_aside(aside, moving)  # nothing new: the file is left as it is
+    assert (aside.stat().st_ino, aside.stat().st_size) == (before.st_ino, before.st_size)
 
 
 def test_resume_refuses_options_that_change_what_the_run_plays(workdir: Path, serve: ServeFn) -> None:
