@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -254,6 +255,19 @@ def test_9_completions_records_are_lean_versioned_and_read_back_by_report(folder
 # 10 -----------------------------------------------------------------------------------------
 
 
+def _wait_for(ready: Callable[[], bool], failure: str) -> None:
+    """Wait (at most 120 s, polling) until `ready()`; `failure` is the assertion's message."""
+    deadline = time.monotonic() + 120
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready(), failure
+
+
+def _a_record_in(out: Path) -> bool:
+    # Whole lines only: the run is writing the file while it is read here.
+    return out.exists() and out.read_bytes().count(b"\n") >= 1
+
+
 def _ctrl_c(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """Press Ctrl-C on `proc`, started in its own process group (SIGINT to the whole group, as
     from a terminal); its stdout and stderr once it ended (killed after 60 s)."""
@@ -273,12 +287,7 @@ def test_10_ctrl_c_prints_the_finished_episodes_summary_without_tracebacks(folde
         start_new_session=True,  # its own process group: SIGINT reaches it all, as from a terminal
     )
     try:
-        out = folder / "completions.jsonl"
-        deadline = time.monotonic() + 120
-        # Whole lines only: the run is writing the file while it is read here.
-        while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 1):
-            time.sleep(0.2)
-        assert out.exists() and out.read_bytes().count(b"\n") >= 1, "no episode finished in time"
+        _wait_for(lambda: _a_record_in(folder / "completions.jsonl"), "no episode finished in time")
     finally:
         stdout, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
     assert proc.returncode == 130, stderr
@@ -322,11 +331,7 @@ def _stop_a_run(
         proc.stderr.close()
         proc.stderr = None
     try:
-        out = folder / "c.jsonl"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 1):
-            time.sleep(0.1)
-        assert out.exists() and out.read_bytes().count(b"\n") >= 1, "no episode finished in time"
+        _wait_for(lambda: _a_record_in(folder / "c.jsonl"), "no episode finished in time")
         for delay, signum in signals:
             time.sleep(delay)
             proc.send_signal(signum)
@@ -416,10 +421,7 @@ def test_10_a_third_signal_ends_a_stop_that_hangs_at_once(folder: Path) -> None:
         cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.1)
-        assert marker.exists(), "the policy was never asked to act"
+        _wait_for(marker.exists, "the policy was never asked to act")
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGTERM):
             proc.send_signal(signum)
             time.sleep(0.3)
@@ -451,10 +453,7 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.1)
-        assert marker.exists(), "the policy module was never loaded"
+        _wait_for(marker.exists, "the policy module was never loaded")
     finally:
         _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
     assert proc.returncode == 130, stderr
