@@ -44,6 +44,7 @@ from envsdk.records import (
     RecordsWritten,
     check_record,
     hold_records,
+    jsonl_lines,
     read_jsonl_lines,
     rehold,
     summary_facts,
@@ -68,6 +69,7 @@ __all__ = [
     "EvalSummary",
     "summarize_groups",
     "read_records",
+    "iter_records",
     "recover_torn_tail",
     "RunPlan",
     "add_eval_arguments",
@@ -287,46 +289,56 @@ def read_records(path: str | Path, *, stop: int | None = None) -> list[tuple[str
     """The records of a completions file (with `stop`, of its first `stop` bytes) with their raw
     lines; `EvalError` names a line that is not a record (only a torn last line is repaired, by
     `recover_torn_tail`, never a middle one)."""
-    found: list[tuple[str, dict[str, Any]]] = []
+    return list(iter_records(path, stop=stop))
+
+
+def iter_records(path: str | Path, *, stop: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`read_records` one record at a time, for a reader that keeps less than every record: a
+    run's file holds tens of KB per episode (much more with a model's text and token ids)."""
     for where, line, value in read_jsonl_lines(path, EvalError, "; only a torn last line is repaired", stop=stop):
         try:
-            found.append((line, check_record(value, where)))
+            yield line, check_record(value, where)
         except RecordError as exc:
             raise EvalError(str(exc)) from None
-    return found
 
 
 def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
     """Keep one record per (example, index) that did not end in an error; move the others to
-    ``<stem>.replaced.jsonl``. Returns the pairs kept and how many records were moved."""
-    kept: list[str] = []
-    moved: list[str] = []
+    ``<stem>.replaced.jsonl``. Returns the pairs kept and how many records were moved.
+
+    The file is read once to decide, keeping one flag per record, and read again to write each
+    part: never held whole (nor as parsed records), as it may be larger than the memory."""
+    keep: list[bool] = []
     done: set[tuple[str, int]] = set()
-    for line, record in read_records(path):
+    for _, record in iter_records(path):
         key = example_of(record)
         if not isinstance(record.get(EVAL_KEY), dict):
             raise EvalError(
                 f"{path}: a record without an 'eval' tag (uuid {record.get('uuid')}); only a run written by "
                 "`envsdk rollout` of this version can be resumed"
             )
-        if key in done or record.get("status") == "error":
-            moved.append(line)
-            continue
-        done.add(key)
-        kept.append(line)
+        kept = key not in done and record.get("status") != "error"
+        if kept:
+            done.add(key)
+        keep.append(kept)
+    moved = keep.count(False)
     if moved:
-        _put_aside(path.with_name(f"{path.stem}.replaced.jsonl"), moved)
-        write_atomically(path, "".join(kept))
-    return done, len(moved)
+        def lines(kept: bool) -> Iterator[str]:
+            return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is kept)
+
+        _put_aside(path.with_name(f"{path.stem}.replaced.jsonl"), lambda: lines(False))
+        write_atomically(path, lines(True))
+    return done, moved
 
 
-def _put_aside(aside: Path, lines: list[str]) -> None:
-    """Add `lines` to the replaced-records file `aside`, each once. A compaction cut short (killed
-    after it put its lines aside, before it rewrote the records file) left them there already,
-    and one killed while it wrote them may have left a torn last line: it is cut, and the next
-    compaction, which finds the same lines to move, writes only those not there yet. The file is
-    replaced whole, so it is never torn again. It grows with every resumed run (a Sudoku episode
-    is a few hundred KB), so it is read line by line, keeping a digest per line, never whole."""
+def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
+    """Add the lines `moving()` gives to the replaced-records file `aside`, each once. A
+    compaction cut short (killed after it put its lines aside, before it rewrote the records
+    file) left them there already, and one killed while it wrote them may have left a torn last
+    line: it is cut, and the next compaction, which finds the same lines to move, writes only
+    those not there yet. The file is replaced whole, so it is never torn again. It grows with
+    every resumed run that replays errors, so it is read line by line, keeping a digest per line,
+    and `moving()` is read twice (to learn whether anything is new, then to write), never held."""
     present: set[bytes] = set()
     torn = False
     try:
@@ -338,14 +350,18 @@ def _put_aside(aside: Path, lines: list[str]) -> None:
                     torn = True
     except FileNotFoundError:
         pass
-    new: dict[bytes, str] = {}
-    for line in lines:
-        whole = line if line.endswith("\n") else line + "\n"
-        new.setdefault(_digest(whole.encode("utf-8")), whole)
-    for digest in present.intersection(new):
-        del new[digest]
-    if new or torn:
-        write_atomically(aside, itertools.chain(_whole_lines(aside), new.values()))
+
+    def new_lines() -> Iterator[str]:
+        seen = set(present)
+        for line in moving():
+            whole = line if line.endswith("\n") else line + "\n"
+            digest = _digest(whole.encode("utf-8"))
+            if digest not in seen:
+                seen.add(digest)
+                yield whole
+
+    if torn or next(new_lines(), None) is not None:
+        write_atomically(aside, itertools.chain(_whole_lines(aside), new_lines()))
 
 
 def _digest(raw: bytes) -> bytes:
@@ -589,10 +605,10 @@ def finish_run(out: str | Path | None, written: RecordsWritten | None = None) ->
         return None
     path = Path(out)
     if written is not None and written.facts is not None and written.path == path and path.stat().st_size == written.end:
-        records = [summary_facts(record) for _, record in read_records(path, stop=written.start)] if written.start else []
+        records = [summary_facts(record) for _, record in iter_records(path, stop=written.start)] if written.start else []
         records += written.facts
     else:
-        records = [record for _, record in read_records(path)]
+        records = [summary_facts(record) for _, record in iter_records(path)]
     if not records:
         return None
     summary = summarize_groups(records)
@@ -634,7 +650,7 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
     return score
 
 
-def _check_weight_names(weights: Mapping[str, float], records: Sequence[Mapping[str, Any]]) -> None:
+def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[str, Any]]) -> None:
     """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere."""
     present = sorted({
         str(name) for record in records
@@ -653,41 +669,43 @@ def _stated(record: Mapping[str, Any]) -> bool | None:
     return success if isinstance(success, bool) else None
 
 
-def rescore_records(records: Sequence[dict[str, Any]], score: Score) -> list[dict[str, Any]]:
-    """Each record with ``total_reward`` and ``success`` from `score(record)`: a number (the
+def rescore_records(records: Iterable[dict[str, Any]], score: Score) -> list[dict[str, Any]]:
+    """`rescore_record` of each record."""
+    return [rescore_record(record, score) for record in records]
+
+
+def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
+    """The record with ``total_reward`` and ``success`` from `score(record)`: a number (the
     reward), a bool (success; reward 1 or 0) or a mapping with ``reward`` and optionally
     ``success``. Success is only what the score states (a bool, or the mapping's ``success``);
     otherwise it stays what the record stated: a reward is not a verdict (a lost game with a
     positive shaped reward is still lost). The previous values go into ``rescored_from``."""
-    rescored: list[dict[str, Any]] = []
-    for record in records:
-        try:
-            result = score(copy.deepcopy(record))
-        except Exception as exc:  # the user's function: any failure is reported, in one line
-            name = getattr(score, "__qualname__", repr(score))
-            raise ScoreFailedError(
-                f"the score {name} raised {type(exc).__name__}: {exc} on record {record.get('uuid')}"
-            ) from exc
-        success: bool | None
-        if isinstance(result, bool):
-            reward, success = float(result), result
-        elif isinstance(result, (int, float)):
-            reward, success = float(result), _stated(record)
-        elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
-            reward = float(result["reward"])
-            success = bool(result["success"]) if "success" in result else _stated(record)
-        else:
-            raise EvalError(
-                f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "
-                "or {'reward': number, 'success': bool}"
-            )
-        if not math.isfinite(reward):
-            raise EvalError(f"the score for record {record.get('uuid')} is not a finite number: {reward}")
-        new = dict(record)
-        new["rescored_from"] = {"total_reward": record["total_reward"], "success": record.get("success")}
-        new["total_reward"], new["success"] = reward, success
-        rescored.append(new)
-    return rescored
+    try:
+        result = score(copy.deepcopy(record))
+    except Exception as exc:  # the user's function: any failure is reported, in one line
+        name = getattr(score, "__qualname__", repr(score))
+        raise ScoreFailedError(
+            f"the score {name} raised {type(exc).__name__}: {exc} on record {record.get('uuid')}"
+        ) from exc
+    success: bool | None
+    if isinstance(result, bool):
+        reward, success = float(result), result
+    elif isinstance(result, (int, float)):
+        reward, success = float(result), _stated(record)
+    elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
+        reward = float(result["reward"])
+        success = bool(result["success"]) if "success" in result else _stated(record)
+    else:
+        raise EvalError(
+            f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "
+            "or {'reward': number, 'success': bool}"
+        )
+    if not math.isfinite(reward):
+        raise EvalError(f"the score for record {record.get('uuid')} is not a finite number: {reward}")
+    new = dict(record)
+    new["rescored_from"] = {"total_reward": record["total_reward"], "success": record.get("success")}
+    new["total_reward"], new["success"] = reward, success
+    return new
 
 
 def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -729,21 +747,27 @@ def rescore_command(args: argparse.Namespace) -> int:
         score: Score = weighted_score(args.weights) if args.weights is not None else import_spec(args.score)
         if not callable(score):
             raise EvalError(f"--score {args.score} is not a function")
-        saved = [record for _, record in read_records(source)]
-        if args.weights is not None:
-            _check_weight_names(args.weights, saved)
-        records = rescore_records(saved, score)
-        summary = summarize_groups(records)
-    except ScoreFailedError as exc:
-        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
-        return 1
+        # Every record is read first (a line that is not one is refused before anything is
+        # written), then re-scored and written one at a time: the file is never held whole.
+        _check_weight_names(args.weights or {}, (record for _, record in iter_records(source)))
     except (EvalError, PluginLoadError, ImportError) as exc:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2
+    facts: list[dict[str, Any]] = []
+
+    def rescored() -> Iterator[str]:
+        for _, record in iter_records(source):
+            new = rescore_record(record, score)
+            facts.append(summary_facts(new))
+            yield json.dumps(new, ensure_ascii=False) + "\n"
+
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with hold_records(target):  # a run still writing `target` keeps its records
-            write_atomically(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            write_atomically(target, rescored())  # on a failed score, `target` is left as it was
+    except EvalError as exc:  # a score that raised (1), or one that gave no number (2)
+        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, ScoreFailedError) else 2
     except (RecordsBusy, LockFileError) as exc:
         print(f"envsdk rescore: error: --out {exc}", file=sys.stderr)
         return 2
@@ -751,6 +775,6 @@ def rescore_command(args: argparse.Namespace) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}", file=sys.stderr)
         return 2
-    print(summary.render())
+    print(summarize_groups(facts).render())
     print(f"\nre-scored records written to {target}")
     return 0

@@ -317,6 +317,28 @@ class RecordsWritten:
     facts: list[dict[str, Any]] | None = field(default_factory=list)
 
 
+class _Prefix(io.RawIOBase):
+    """The first `size` bytes of the unbuffered binary file `raw` (closed with it)."""
+
+    def __init__(self, raw: io.FileIO, size: int) -> None:
+        self._raw, self._left = raw, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            return 0
+        with memoryview(buffer) as view:
+            got = self._raw.readinto(view[: min(len(view), self._left)]) or 0
+        self._left -= got
+        return got
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """The JSON value of each non-blank line of `path`, with where it is (``file:line``).
     Raises `error` naming the file for a missing file, and the line for a line that is not JSON."""
@@ -333,21 +355,26 @@ def read_jsonl_lines(
     source = Path(path)
     if not source.is_file():
         raise error(f"{source}: no such file")
+    for number, line in jsonl_lines(source, stop=stop):
+        where = f"{source}:{number}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{where}: not JSON ({exc.msg}){hint}") from None
+        yield where, line, value
+
+
+def jsonl_lines(path: Path, *, stop: int | None = None) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of `path` (of its first `stop` bytes), each ending in a newline, with
+    its line number, read one at a time (not parsed): those `read_jsonl_lines` gives."""
     if stop is None:
-        handle: IO[str] = source.open(encoding="utf-8")
-    else:
-        with source.open("rb") as raw:
-            handle = io.StringIO(raw.read(stop).decode("utf-8"), newline=None)
+        handle: IO[str] = path.open(encoding="utf-8")
+    else:  # read as it goes, not the `stop` bytes at once: they may be most of a large file
+        handle = io.TextIOWrapper(io.BufferedReader(_Prefix(path.open("rb", buffering=0), stop)), encoding="utf-8")
     with handle as lines:
         for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}:{number}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{where}: not JSON ({exc.msg}){hint}") from None
-            yield where, line if line.endswith("\n") else line + "\n", value
+            if line.strip():
+                yield number, line if line.endswith("\n") else line + "\n"
 
 
 def write_atomically(path: Path, text: str | Iterable[str]) -> None:

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli.conftest import serve  # noqa: F401  (the fixture: servers started and stopped per test)
+from tests.cli.conftest import (
+    serve,  # noqa: F401  (the fixture: servers started and stopped per test)
+    user_env,
+)
 
 #: An env with graded answers: ``question N`` for seed N; each step sleeps ``$GRADED_STEP_S`` (so a kill
 #: can land mid-episode); after ``STEPS`` replies it ends with reward 1 and success when the
@@ -112,3 +117,23 @@ def by_pair(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
         assert key not in found, f"{key} written twice in {path}"
         found[key] = record
     return found
+
+
+def grow_to_64_mb(path: Path) -> None:
+    """Append 64 copies of the first record of `path`, each made 1 MB long by a long first
+    message (a long transcript): 64 MB of valid records, each pair of them written again."""
+    big = json.loads(path.read_bytes().splitlines()[0])
+    big["messages"][0]["content"] += " " + "x" * 1_000_000
+    with path.open("a", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(big) + "\n" for _ in range(64))
+
+
+def peak_rss_kb(args: list[str], cwd: Path) -> int:
+    """Run `args` in a process of its own and return the largest resident size (KB) of it and of
+    what it started, as measured by a parent process that does nothing else."""
+    measure = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", measure, *args], cwd=cwd, env=user_env(), capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip().splitlines()[-1])

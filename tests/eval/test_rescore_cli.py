@@ -11,8 +11,8 @@ import pytest
 
 from envsdk.evaluate import pass_at_k
 from envsdk.testing import stop_process
-from tests.cli.conftest import ServeFn, assert_one_line_error, envsdk
-from tests.eval.conftest import by_pair, records
+from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk
+from tests.eval.conftest import by_pair, grow_to_64_mb, peak_rss_kb, records
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,6 +46,23 @@ def test_rescore_recomputes_rewards_and_pass_at_k_from_saved_records(workdir: Pa
         assert record["messages"] == old[pair]["messages"]
     # Two of four examples now pass in both rollouts: pass@1 = pass@2 = 0.5.
     assert f"pass@1={pass_at_k(2, 2, 1) / 2:.3f}" in result.stdout and "pass@2=0.500" in result.stdout
+
+
+def test_rescore_neither_holds_the_records_file_nor_its_records_whole(workdir: Path, serve: ServeFn) -> None:
+    """Re-scoring held every record parsed, a deep copy of each and the whole output text at once:
+    several times the file in memory, for a file of any size."""
+    url = serve("graded:app", cwd=workdir)
+    played = envsdk("rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity", "--episodes",
+                    "4", "--no-progress", "--out", "small.jsonl", cwd=workdir)
+    assert played.returncode == 0, played.stderr
+    (workdir / "inverted.py").write_text(INVERTED, encoding="utf-8")
+    (workdir / "large.jsonl").write_bytes((workdir / "small.jsonl").read_bytes())
+    grow_to_64_mb(workdir / "large.jsonl")
+    rescore = [str(ENVSDK), "rescore", "--score", "inverted.py:inverted"]
+    large = peak_rss_kb([*rescore, "large.jsonl"], workdir)
+    assert len(records(workdir / "large.rescored.jsonl")) == 4 + 64
+    small = peak_rss_kb([*rescore, "small.jsonl"], workdir)
+    assert large - small < 24_000, f"re-scoring a 64 MB file took {(large - small) / 1000:.0f} MB more"
 
 
 def test_rescore_by_weights_over_the_recorded_components(tmp_path: Path) -> None:
@@ -84,6 +101,24 @@ def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], 
     assert result.returncode == 2
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
+def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> None:
+    """Records are re-scored and written one at a time: a score that raises on the third record
+    leaves an earlier --out whole (and no temporary file), as when all were scored first."""
+    (tmp_path / "third.py").write_text(
+        "def score(record):\n    if record['uuid'] == 'u2':\n        raise KeyError('tests')\n    return 1.0\n",
+        encoding="utf-8",
+    )
+    lines = [{"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0, "success": False,
+              "reward_components": {}} for n in range(5)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    (tmp_path / "out.jsonl").write_text("an earlier re-scoring\n", encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", "--score", "third.py:score", "--out", "out.jsonl", cwd=tmp_path)
+    assert result.returncode == 1
+    assert_one_line_error(result, "KeyError", "u2")
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "an earlier re-scoring\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "third.py"]
 
 
 @pytest.mark.timeout(120)

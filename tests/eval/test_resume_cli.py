@@ -17,7 +17,7 @@ import pytest
 from envsdk.evaluate import _put_aside, recover_torn_tail
 from envsdk.testing import stop_process
 from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, start_interruptible, user_env
-from tests.eval.conftest import by_pair, comparable, records
+from tests.eval.conftest import by_pair, comparable, grow_to_64_mb, peak_rss_kb, records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -153,7 +153,7 @@ def test_putting_records_aside_reads_the_replaced_file_line_by_line_not_whole(tm
     moving = [old[7], json.dumps({"uuid": "new-0"}) + "\n", json.dumps({"uuid": "new-1"}), old[7]]
     tracemalloc.start()
     try:
-        _put_aside(aside, moving)
+        _put_aside(aside, lambda: moving)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -162,8 +162,24 @@ def test_putting_records_aside_reads_the_replaced_file_line_by_line_not_whole(tm
     # What was there stays, the torn line is cut, and each new line is added once.
     assert kept == [*old, json.dumps({"uuid": "new-0"}) + "\n", json.dumps({"uuid": "new-1"}) + "\n"]
     before = aside.stat()
-    _put_aside(aside, moving)  # nothing new: the file is left as it is
+    _put_aside(aside, lambda: moving)  # nothing new: the file is left as it is
     assert (aside.stat().st_ino, aside.stat().st_size) == (before.st_ino, before.st_size)
+
+
+def test_a_resume_neither_holds_its_records_file_nor_its_records_whole(workdir: Path, serve: ServeFn) -> None:
+    """A resume's compaction held the whole records file as lines and as parsed records, and its
+    summary parsed every earlier record at once: about three times the file in memory, for a file
+    of tens of KB per episode (more with a model's text and token ids) and any number of them."""
+    url = serve("graded:app", cwd=workdir)
+    args = _rollout_args(url, "r.jsonl")
+    assert envsdk(*args, cwd=workdir).returncode == 0
+    out = workdir / "r.jsonl"
+    grow_to_64_mb(out)  # a pair written again 64 times: what compaction moves aside
+    resume = [str(ENVSDK), *args, "--resume"]
+    large = peak_rss_kb(resume, workdir)
+    assert sorted(by_pair(out)) == PAIRS and len(records(workdir / "r.replaced.jsonl")) == 1
+    small = peak_rss_kb(resume, workdir)  # the same resume over the compacted 12 records
+    assert large - small < 24_000, f"a resume over a 64 MB file took {(large - small) / 1000:.0f} MB more"
 
 
 def test_resume_refuses_options_that_change_what_the_run_plays(workdir: Path, serve: ServeFn) -> None:
