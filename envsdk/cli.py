@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envsdk._stdout import let_stdout_go
+from envsdk._process import Terminated, let_stdout_go
 from envsdk.env import Env, Environment, step_types
 from envsdk.errors import EnvSDKError
 
@@ -271,11 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _run(args)
         sys.stdout.flush()  # here, not at exit, where a closed pipe can no longer be handled
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Ctrl-C where no command handles it (while the options are read, a module loads, a
-        # report is read): one line and the shell's status for it, as `rollout` says its own.
-        print(f"{program}: interrupted", file=sys.stderr)
-        return 130
+        # report is read), or SIGTERM where a command raises it (`Terminated`): one line and
+        # the shell's status for it, as `rollout` says its own.
+        stopped = isinstance(exc, Terminated)
+        print(f"{program}: {'terminated' if stopped else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if stopped else signal.SIGINT)
     except BrokenPipeError:
         # The reader went away (`envsdk ... | head`): nothing more to say, and nowhere to say it.
         let_stdout_go()

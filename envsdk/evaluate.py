@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from envsdk._process import sigterm_interrupts
 from envsdk.env import RolloutRequest
 from envsdk.records import (
     LockFileError,
@@ -46,7 +47,9 @@ from envsdk.records import (
     hold_records,
     jsonl_lines,
     read_jsonl_lines,
+    record_line,
     rehold,
+    remove_stale_temporaries,
     summary_facts,
     write_atomically,
 )
@@ -302,6 +305,11 @@ def iter_records(path: str | Path, *, stop: int | None = None) -> Iterator[tuple
             raise EvalError(str(exc)) from None
 
 
+def replaced_path(out: Path) -> Path:
+    """Where a resume moves the records it plays again: ``<stem>.replaced.jsonl`` beside `out`."""
+    return out.with_name(f"{out.stem}.replaced.jsonl")
+
+
 def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
     """Keep one record per (example, index) that did not end in an error; move the others to
     ``<stem>.replaced.jsonl``. Returns the pairs kept and how many records were moved.
@@ -323,10 +331,10 @@ def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
         keep.append(kept)
     moved = keep.count(False)
     if moved:
-        def lines(kept: bool) -> Iterator[str]:
-            return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is kept)
+        def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
+            return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is wanted)
 
-        _put_aside(path.with_name(f"{path.stem}.replaced.jsonl"), lambda: lines(False))
+        _put_aside(replaced_path(path), lambda: lines(False))
         write_atomically(path, lines(True))
     return done, moved
 
@@ -339,44 +347,51 @@ def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
     those not there yet. The file is replaced whole, so it is never torn again. It grows with
     every resumed run that replays errors, so it is read line by line, keeping a digest per line,
     and `moving()` is read twice (to learn whether anything is new, then to write), never held."""
-    present: set[bytes] = set()
-    torn = False
-    try:
-        with aside.open("rb") as handle:
-            for raw in handle:
-                if raw.endswith(b"\n"):
-                    present.add(_digest(raw))
-                else:
-                    torn = True
-    except FileNotFoundError:
-        pass
+    present = {_digest(line) for line in _whole_lines(aside)}
 
     def new_lines() -> Iterator[str]:
         seen = set(present)
         for line in moving():
             whole = line if line.endswith("\n") else line + "\n"
-            digest = _digest(whole.encode("utf-8"))
+            digest = _digest(whole)
             if digest not in seen:
                 seen.add(digest)
                 yield whole
 
-    if torn or next(new_lines(), None) is not None:
+    if _ends_torn(aside) or next(new_lines(), None) is not None:
         write_atomically(aside, itertools.chain(_whole_lines(aside), new_lines()))
 
 
-def _digest(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, digest_size=16).digest()
+def _digest(line: str) -> bytes:
+    return hashlib.blake2b(line.encode("utf-8"), digest_size=16).digest()
 
 
 def _whole_lines(path: Path) -> Iterator[str]:
-    """The lines of `path` that end in a newline (a torn last one is left out), one at a time."""
-    try:
-        with path.open("rb") as handle:
-            for raw in handle:
-                if raw.endswith(b"\n"):
-                    yield raw.decode("utf-8")
-    except FileNotFoundError:
+    """The lines of `path` that end in a newline ("\\r\\n" read as "\\n"; a torn last one is left
+    out), one at a time. Nothing where `path` is not a regular file: a pipe or device in its
+    place is replaced, never read."""
+    if not path.is_file():
         return
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):
+                return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise EvalError(f"{path}:{number}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
+            yield line[:-2] + "\n" if line.endswith("\r\n") else line
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the regular file `path` ends in a line without its newline."""
+    if not path.is_file():
+        return False
+    with path.open("rb") as handle:
+        if handle.seek(0, os.SEEK_END) == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
 
 
 # ---------------------------------------------------------------- the rollout command's hooks
@@ -541,6 +556,11 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     run_id, attempt = secrets.token_hex(8), 1
     notes: list[str] = []
     resuming = bool(args.resume and out is not None and out.is_file())
+    if out is not None:
+        stale = remove_stale_temporaries(out, [out.name, replaced_path(out).name, summary_path(out).name,
+                                               run_file_path(out).name])
+        if stale:
+            notes.append(f"removed {stale} temporary file(s) beside {out} left by a run killed while it wrote")
     if resuming and out is not None:
         cut = recover_torn_tail(out)
         if cut:
@@ -549,7 +569,7 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         rehold(out)  # a compaction renamed a new file over it: lock that one too
         if moved:
             notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
-                         f"{out.with_name(out.stem + '.replaced.jsonl')}; they are played again")
+                         f"{replaced_path(out)}; they are played again")
         run_file = run_file_path(out)
         previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
         if isinstance(previous.get("id"), str):
@@ -749,21 +769,25 @@ def rescore_command(args: argparse.Namespace) -> int:
             raise EvalError(f"--score {args.score} is not a function")
         # Every record is read first (a line that is not one is refused before anything is
         # written), then re-scored and written one at a time: the file is never held whole.
-        _check_weight_names(args.weights or {}, (record for _, record in iter_records(source)))
+        # Both reads stop at the size it had (a run still appending to it adds nothing).
+        size = source.stat().st_size if source.is_file() else None
+        _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)))
     except (EvalError, PluginLoadError, ImportError) as exc:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2
     facts: list[dict[str, Any]] = []
 
     def rescored() -> Iterator[str]:
-        for _, record in iter_records(source):
+        for _, record in iter_records(source, stop=size):
             new = rescore_record(record, score)
             facts.append(summary_facts(new))
-            yield json.dumps(new, ensure_ascii=False) + "\n"
+            yield record_line(new)
 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with hold_records(target):  # a run still writing `target` keeps its records
+        # A `kill` while it writes ends as Ctrl-C does: the temporary file goes, `target` stays.
+        with hold_records(target), sigterm_interrupts(getattr(args, "own_process", False)):
+            remove_stale_temporaries(target, [target.name])
             write_atomically(target, rescored())  # on a failed score, `target` is left as it was
     except EvalError as exc:  # a score that raised (1), or one that gave no number (2)
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)

@@ -339,6 +339,20 @@ class _Prefix(io.RawIOBase):
         super().close()
 
 
+def record_line(record: Any) -> str:
+    """`record` as one line of JSON ending in a newline, its text as is (not ASCII escapes). A
+    string holding a lone surrogate (what a "\\ud800" escape in a peer's JSON decodes to) cannot
+    be UTF-8: the line then escapes it as JSON does, so the record is written, and read back the
+    same, instead of failing to be written."""
+    line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    if not line.isascii():
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            line = json.dumps(record, default=str) + "\n"
+    return line
+
+
 def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """The JSON value of each non-blank line of `path`, with where it is (``file:line``).
     Raises `error` naming the file for a missing file, and the line for a line that is not JSON."""
@@ -355,7 +369,7 @@ def read_jsonl_lines(
     source = Path(path)
     if not source.is_file():
         raise error(f"{source}: no such file")
-    for number, line in jsonl_lines(source, stop=stop):
+    for number, line in jsonl_lines(source, error, stop=stop):
         where = f"{source}:{number}"
         try:
             value = json.loads(line)
@@ -364,24 +378,40 @@ def read_jsonl_lines(
         yield where, line, value
 
 
-def jsonl_lines(path: Path, *, stop: int | None = None) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of `path` (of its first `stop` bytes), each ending in a newline, with
-    its line number, read one at a time (not parsed): those `read_jsonl_lines` gives."""
+def jsonl_lines(path: Path, error: type[Exception] = ValueError, *, stop: int | None = None) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of `path` (of its first `stop` bytes) with their line numbers, read
+    one at a time and not parsed: each ends in a newline ("\\r\\n" becomes "\\n"). Lines end at
+    "\\n" alone, as JSON Lines says, so a "\\r" or U+2028 inside one does not cut it. `error`
+    names a line that is not UTF-8 text."""
+    handle: IO[bytes]
     if stop is None:
-        handle: IO[str] = path.open(encoding="utf-8")
+        handle = path.open("rb")
     else:  # read as it goes, not the `stop` bytes at once: they may be most of a large file
-        handle = io.TextIOWrapper(io.BufferedReader(_Prefix(path.open("rb", buffering=0), stop)), encoding="utf-8")
-    with handle as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                yield number, line if line.endswith("\n") else line + "\n"
+        handle = io.BufferedReader(_Prefix(path.open("rb", buffering=0), stop))
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{path}:{number}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
+            if not line.strip():
+                continue
+            if line.endswith("\r\n"):
+                line = line[:-2] + "\n"
+            elif not line.endswith("\n"):  # the file's last line
+                line += "\n"
+            yield number, line
+
+
+#: How the temporary files of `write_atomically` end (``.<name>.<random><suffix>`` beside the file).
+TEMPORARY_SUFFIX = ".envsdk-tmp"
 
 
 def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     """Replace `path` with `text` (a string, or pieces written one after another) so that a
     reader sees the old file or the new one, never part of one: the text goes to a synced
     temporary file beside it, which is renamed over it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.
         try:
@@ -400,6 +430,25 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(held: Path, names: Sequence[str]) -> int:
+    """Remove the temporary files `write_atomically` left beside `held` for `names` (files in its
+    folder) when a process was killed while it wrote them; how many were removed. Only for a
+    caller holding `held` (`hold_records`): nothing else writes those names then."""
+    made = re.compile("|".join(rf"\.{re.escape(name)}\.\w+{re.escape(TEMPORARY_SUFFIX)}" for name in names))
+    removed = 0
+    try:
+        entries = os.scandir(held.parent)
+    except OSError:
+        return 0
+    with entries:
+        for entry in entries:
+            if made.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
 
 
 class RecordsBusy(ValueError):

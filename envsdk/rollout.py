@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-from envsdk._stdout import let_stdout_go
+from envsdk._process import let_stdout_go
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
@@ -205,6 +205,9 @@ class RolloutReport:
     #: Each finished episode's facts, in the order they finished (whole even when the
     #: trajectories were released).
     facts: list[EpisodeFacts] = field(default_factory=list)
+    #: Why a finished episode's record could not be written to ``out`` (a full disk, a file
+    #: size limit): the run stopped there, and ``stopped`` says so too. Else None.
+    unwritten: str | None = None
 
 
 #: Error kinds that say an episode's server is gone or unreachable, not that the episode went wrong.
@@ -535,13 +538,21 @@ async def run_batches(
         tasks: list[asyncio.Future[list[Trajectory]]] = []
         streak = 0  # episodes in a row that lost their server
         stopped: list[str] = []
+        unwritten: list[str] = []
 
         def on_done(traj: Trajectory) -> None:
             nonlocal streak
             done_list.append(traj)
             done_facts.append(EpisodeFacts.of(traj))
-            if writer is not None:
-                writer.write(traj)
+            if writer is not None and not unwritten:
+                try:
+                    writer.write(traj)
+                except OSError as exc:
+                    # Playing on would lose every later record too, while saying it wrote them.
+                    unwritten.append(f"its record could not be written to {out}: {exc.strerror or exc}")
+                    stopped.append(f"an episode's record could not be written ({exc.strerror or exc})")
+                    for task in tasks:
+                        task.cancel()
                 if release:
                     _release(traj)
             if bar is not None:
@@ -584,7 +595,10 @@ async def run_batches(
             raise outcome
     written = writer.written if writer is not None else None
     if stopped:
-        return RolloutReport(list(done_list), summarize(done_facts, elapsed), stopped[0], written, list(done_facts))
+        return RolloutReport(
+            list(done_list), summarize(done_facts, elapsed), stopped[0], written, list(done_facts),
+            unwritten[0] if unwritten else None,
+        )
     trajectories = [t for result in outcomes if isinstance(result, list) for t in result]
     # Every trajectory passes `on_done`, unless a scheduler's own `run` skipped it.
     ended = list(done_facts) if len(done_facts) == len(trajectories) else [EpisodeFacts.of(t) for t in trajectories]
@@ -1174,6 +1188,13 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
             let_stdout_go()
         return stop.status
     print(report.summary.render())
+    if report.unwritten is not None:
+        print(
+            f"envsdk rollout: error: stopped: an episode finished but {report.unwritten}; the records written "
+            f"before it stay, and `envsdk rollout --resume --out {args.out}` plays the rest once it can write there",
+            file=sys.stderr,
+        )
+        return 1
     groups = finish_run(args.out, report.written)
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.

@@ -19,7 +19,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -27,7 +26,6 @@ from types import TracebackType
 from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
-from envsdk.tokens import TOKENS, token_turn
 from envsdk.records import (
     RecordError,
     RecordForm,
@@ -37,9 +35,11 @@ from envsdk.records import (
     Trajectory,
     check_record,
     hold_records,
+    record_line,
     stated_success,
     summary_facts,
 )
+from envsdk.tokens import TOKENS, token_turn
 
 __all__ = [
     "Status",
@@ -266,6 +266,7 @@ class TrajectoryWriter:
         self._hold = contextlib.ExitStack()
         self.count = 0
         self.written = RecordsWritten(self.path, 0, 0)
+        self._failed = False
 
     def __enter__(self) -> TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,9 +289,13 @@ class TrajectoryWriter:
         if self._file is None:
             raise RuntimeError("TrajectoryWriter.write called outside its `with` block")
         record = trajectory.to_dict(self.form)
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
-        self._file.write(line)
-        self._file.flush()
+        line = record_line(record).encode()
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError:
+            self._failed = True  # its closing flushes what is left of the line, and fails again
+            raise
         self.count += 1
         written = self.written
         written.end += len(line)
@@ -305,4 +310,7 @@ class TrajectoryWriter:
     ) -> None:
         if self._file is not None:
             self._file = None
-            self._hold.close()
+            # After a failed write (a full disk) the caller has its error: closing still lets go
+            # of the file and its hold, and does not raise that error a second time.
+            with contextlib.suppress(*((OSError,) if self._failed else ())):
+                self._hold.close()

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from envsdk.evaluate import pass_at_k
 from envsdk.testing import stop_process
-from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk
+from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, user_env
 from tests.eval.conftest import by_pair, grow_to_64_mb, peak_rss_kb, records
 
 pytestmark = pytest.mark.timeout(240)
@@ -119,6 +121,72 @@ def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> Non
     assert_one_line_error(result, "KeyError", "u2")
     assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "an earlier re-scoring\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "third.py"]
+
+
+def _plain_records(path: Path, count: int) -> None:
+    path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
+                                        "success": False, "reward_components": {}}) + "\n" for n in range(count)),
+                    encoding="utf-8")
+
+
+def test_rescore_stopped_by_sigterm_while_it_writes_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The temporary file is there for as long as the scoring takes: a `kill` left it, as large
+    as what was written so far, and nothing ever removed it."""
+    (tmp_path / "slow.py").write_text(
+        "import pathlib, time\n"
+        "def score(record):\n"
+        "    pathlib.Path('scoring').touch()\n"
+        "    time.sleep(0.05)\n"
+        "    return 1.0\n",
+        encoding="utf-8",
+    )
+    _plain_records(tmp_path / "c.jsonl", 2000)
+    (tmp_path / "out.jsonl").write_text("an earlier re-scoring\n", encoding="utf-8")
+    proc = subprocess.Popen([str(ENVSDK), "rescore", "c.jsonl", "--score", "slow.py:score", "--out", "out.jsonl"],
+                            cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "scoring").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert (tmp_path / "scoring").exists(), "the score was never called"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip() == "envsdk rescore: terminated", stderr
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "an earlier re-scoring\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "scoring", "slow.py"]
+
+
+def test_rescore_scores_the_file_as_it_was_when_it_began(tmp_path: Path) -> None:
+    """The records are read twice (checked, then scored and written): what another process adds
+    in between, here a record and a torn one, is not part of this re-scoring."""
+    (tmp_path / "grow.py").write_text(
+        "import json\n"
+        "def score(record):\n"
+        "    if record['uuid'] == 'u0':\n"
+        "        with open('c.jsonl', 'a') as f:\n"
+        "            f.write(json.dumps({**record, 'uuid': 'late'}) + '\\n' + '{\"torn')\n"
+        "    return 1.0\n",
+        encoding="utf-8",
+    )
+    _plain_records(tmp_path / "c.jsonl", 5)
+    result = envsdk("rescore", "c.jsonl", "--score", "grow.py:score", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [r["uuid"] for r in records(tmp_path / "c.rescored.jsonl")] == [f"u{n}" for n in range(5)]
+
+
+def test_rescore_names_a_line_that_is_not_utf8_in_one_line(tmp_path: Path) -> None:
+    """It raised UnicodeDecodeError from the middle of reading: a traceback, status 1."""
+    _plain_records(tmp_path / "c.jsonl", 3)
+    lines = (tmp_path / "c.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "c.jsonl").write_bytes(lines[0] + lines[1].replace(b'"u1"', b'"u\xff1"') + lines[2])
+    result = envsdk("rescore", "c.jsonl", "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "c.jsonl:2: not UTF-8 text")
+    assert not (tmp_path / "c.rescored.jsonl").exists()
 
 
 @pytest.mark.timeout(120)

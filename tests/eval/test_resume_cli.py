@@ -166,6 +166,70 @@ def test_putting_records_aside_reads_the_replaced_file_line_by_line_not_whole(tm
     assert (aside.stat().st_ino, aside.stat().st_size) == (before.st_ino, before.st_size)
 
 
+def test_putting_aside_matches_lines_a_crlf_file_holds_and_replaces_what_is_no_file(tmp_path: Path) -> None:
+    """A replaced-records file with "\\r\\n" line ends got a second copy of a line it held; a pipe
+    in its place hung the resume (reading it waited for a writer) and a link to /dev/zero read
+    without end."""
+    line = json.dumps({"uuid": "u1"}) + "\n"
+    aside = tmp_path / "r.replaced.jsonl"
+    aside.write_bytes(line.encode()[:-1] + b"\r\n")
+    _put_aside(aside, lambda: [line])
+    assert aside.read_bytes() == line.encode()[:-1] + b"\r\n"  # nothing new: left as it was
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
+    for name in ("fifo.jsonl", "zero.jsonl"):
+        _put_aside(tmp_path / name, lambda: [line])
+        assert (tmp_path / name).read_text() == line and (tmp_path / name).is_file()
+
+
+@pytest.mark.parametrize("command", ["resume", "rescore"])
+def test_temporary_files_a_killed_write_left_are_removed_by_the_next_holder(
+    workdir: Path, serve: ServeFn, command: str
+) -> None:
+    """A resume killed while it rewrote the records file (a compaction of a large file takes
+    seconds) left its temporary file, as large as the records, and none was ever removed."""
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "r.jsonl"), cwd=workdir).returncode == 0
+    target = "r.jsonl" if command == "resume" else "s.jsonl"
+    stem = target.split(".")[0]
+    stale = [f".{target}.k2x_9q1z.envsdk-tmp", f".{stem}.replaced.jsonl.aaaaaaaa.envsdk-tmp"]
+    kept = [f".{target}.notes", f".{target}.k2x_9q1z.tmp", ".other.jsonl.k2x_9q1z.envsdk-tmp"]
+    for name in stale + kept:
+        (workdir / name).write_text("left\n")
+    if command == "resume":
+        done = envsdk(*_rollout_args(url, "r.jsonl"), "--resume", cwd=workdir)
+        assert done.returncode == 0 and "removed 2 temporary file(s)" in done.stderr, done.stderr
+    else:
+        done = envsdk("rescore", "r.jsonl", "--weights", "nosuch=0", "--out", "s.jsonl", cwd=workdir)
+        assert done.returncode == 2  # refused before it holds --out: nothing is removed yet
+        assert all((workdir / name).exists() for name in stale)
+        (workdir / "score.py").write_text("def score(record):\n    return 1.0\n", encoding="utf-8")
+        done = envsdk("rescore", "r.jsonl", "--score", "score.py:score", "--out", "s.jsonl", cwd=workdir)
+        assert done.returncode == 0, done.stderr
+        stale = stale[:1]  # rescore writes no replaced-records file: that one is not its own
+    assert not [name for name in stale if (workdir / name).exists()]
+    assert all((workdir / name).read_text() == "left\n" for name in kept)
+
+
+@pytest.mark.parametrize("where", ["records", "replaced"])
+def test_a_line_that_is_not_utf8_is_named_in_one_line(workdir: Path, serve: ServeFn, where: str) -> None:
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "r.jsonl"), cwd=workdir).returncode == 0
+    out = workdir / "r.jsonl"
+    lines = out.read_bytes().splitlines(keepends=True)
+    bad = lines[1].replace(b'"seed-', b'"seed-\xff', 1)
+    if where == "records":
+        out.write_bytes(b"".join([lines[0], bad, *lines[2:]]))
+        named = "r.jsonl:2: not UTF-8 text"
+    else:
+        out.write_bytes(b"".join([*lines, lines[0]]))  # a pair twice: compaction moves one aside
+        (workdir / "r.replaced.jsonl").write_bytes(lines[3] + bad)
+        named = "r.replaced.jsonl:2: not UTF-8 text"
+    resumed = envsdk(*_rollout_args(url, "r.jsonl"), "--resume", cwd=workdir)
+    assert resumed.returncode == 2
+    assert_one_line_error(resumed, named)
+
+
 def test_a_resume_neither_holds_its_records_file_nor_its_records_whole(workdir: Path, serve: ServeFn) -> None:
     """A resume's compaction held the whole records file as lines and as parsed records, and its
     summary parsed every earlier record at once: about three times the file in memory, for a file

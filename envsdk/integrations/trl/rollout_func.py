@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from envsdk.integrations.trl._common import (
 from envsdk.integrations.trl.rewards import SUDOKU_REWARD_COMPONENTS
 from envsdk.policies.base import PolicyOutput
 from envsdk.policies.chat_tokens import continuation_ids
+from envsdk.records import record_line
 from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
 from envsdk.schedulers.sudoku import SudokuScheduler
@@ -198,7 +198,7 @@ class EnvironmentRollout:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a" if self._completions_begun else "w", encoding="utf-8") as out:
             for trajectory in trajectories:
-                out.write(json.dumps({**trajectory.to_dict(), "global_step": step}, ensure_ascii=False, default=str) + "\n")
+                out.write(record_line({**trajectory.to_dict(), "global_step": step}))
         self._completions_begun = True
 
     # ------------------------------------------------------------ tokens
