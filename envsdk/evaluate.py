@@ -51,6 +51,7 @@ from envsdk.records import (
     rehold,
     remove_stale_temporaries,
     summary_facts,
+    text_line,
     write_atomically,
 )
 from envsdk.runfile import (
@@ -376,11 +377,7 @@ def _whole_lines(path: Path) -> Iterator[str]:
         for number, raw in enumerate(handle, start=1):
             if not raw.endswith(b"\n"):
                 return
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise EvalError(f"{path}:{number}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
-            yield line[:-2] + "\n" if line.endswith("\r\n") else line
+            yield text_line(raw, f"{path}:{number}", EvalError)
 
 
 def _ends_torn(path: Path) -> bool:

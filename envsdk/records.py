@@ -390,17 +390,22 @@ def jsonl_lines(path: Path, error: type[Exception] = ValueError, *, stop: int | 
         handle = io.BufferedReader(_Prefix(path.open("rb", buffering=0), stop))
     with handle:
         for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise error(f"{path}:{number}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
-            if not line.strip():
-                continue
-            if line.endswith("\r\n"):
-                line = line[:-2] + "\n"
-            elif not line.endswith("\n"):  # the file's last line
-                line += "\n"
-            yield number, line
+            line = text_line(raw, f"{path}:{number}", error)
+            if line.strip():
+                yield number, line
+
+
+def text_line(raw: bytes, where: str, error: type[Exception]) -> str:
+    """`raw`, one line of a JSON Lines file, as text ending in a newline ("\\r\\n" read as
+    "\\n"; one added to a last line without it). `error` names `where` for bytes that are not
+    UTF-8."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 text (byte {exc.start + 1} of the line)") from None
+    if line.endswith("\r\n"):
+        return line[:-2] + "\n"
+    return line if line.endswith("\n") else line + "\n"
 
 
 #: How the temporary files of `write_atomically` end (``.<name>.<random><suffix>`` beside the file).
