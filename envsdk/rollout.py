@@ -513,7 +513,9 @@ async def run_batches(
     With `release` (and `out`), each trajectory keeps only how it ended once its record is
     written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
     a run's memory does not grow with its episodes (a Sudoku episode kept whole is 200-300 KB).
-    The report's summary and facts are the same either way.
+    With the lean `record` form, the schedulers made here also keep no step's observation but
+    the last one's while an episode plays (`MultiTurnScheduler.keep_observations`). The
+    report's summary and facts are the same either way.
 
     When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
     it died, or cannot be reached), the episodes left are not started: the report then holds the
@@ -585,6 +587,10 @@ async def run_batches(
                     scheduler=scheduler, formatter=formatter,
                 )
             )
+            if sched is not scheduler and writer is not None and release and record == "lean":
+                # Its lean records hold no per-step observation, and nobody sees a trajectory
+                # after its record: no step need keep its observation while the episode plays.
+                sched.keep_observations = False
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
         started = time.perf_counter()
         tasks.extend(asyncio.ensure_future(run) for run in runs)

@@ -96,6 +96,13 @@ class MultiTurnScheduler(abc.ABC):
     "length"`` or the reply is longer than ``max_completion_chars``.
     """
 
+    #: False: a step record keeps its observation only while it is its trajectory's last step
+    #: (`is_success` may read that one), for a caller whose records hold no per-step
+    #: observation (the lean form) and which lets each trajectory go once its record is
+    #: written: every episode in flight otherwise keeps each of its observations whole until
+    #: then. `envsdk rollout` sets it so on the schedulers it makes.
+    keep_observations: bool = True
+
     def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -169,6 +176,8 @@ class MultiTurnScheduler(abc.ABC):
         """
         started = time.perf_counter()
         policy_s = 0.0
+        keep_observations = self.keep_observations
+        forgotten = 0  # the steps before this one hold no observation
         try:
             # A policy with per-episode state (a seeded random one) gets its own for this episode,
             # so its replies do not depend on which episodes ran before or beside it.
@@ -198,6 +207,8 @@ class MultiTurnScheduler(abc.ABC):
                     )
                     break
                 result = await self.on_turn_end(trajectory, text, turn)
+                if not keep_observations:
+                    forgotten = _forget_observations(trajectory.steps, forgotten)
                 infos = result.get("rollout_infos")
                 if infos:
                     trajectory.rollout_infos.update(infos)
@@ -235,6 +246,15 @@ def _conversation(given: list[dict[str, Any]], messages: list[dict[str, Any]]) -
         given = []
     given.extend([dict(m) for m in messages[len(given) :]])
     return given
+
+
+def _forget_observations(steps: list[StepRecord], start: int) -> int:
+    """Drop the observation of every step from `start` on but the last; where the next call
+    starts (the last step, whose observation goes once a later step follows it)."""
+    last = len(steps) - 1
+    for index in range(start, last):
+        steps[index].observation = None
+    return max(start, last)
 
 
 def _record_tokens(trajectory: Trajectory, output: Any, turn: int) -> None:

@@ -50,6 +50,39 @@ def test_the_rollout_process_keeps_only_the_episodes_in_flight(workdir: Path, se
     assert "episodes        30" in result.stdout and "statuses        done=30" in result.stdout
 
 
+# The oracle, counting at every turn the step records in this process that still hold an
+# observation; the most seen is written to probe.txt.
+STEP_PROBE = """\
+import gc
+from pathlib import Path
+from envsdk.policies import SudokuOraclePolicy
+from envsdk.records import StepRecord
+
+class StepProbe(SudokuOraclePolicy):
+    most = 0
+
+    async def act(self, messages):
+        held = sum(1 for o in gc.get_objects() if type(o) is StepRecord and o.observation is not None)
+        StepProbe.most = max(StepProbe.most, held)
+        Path("probe.txt").write_text(str(StepProbe.most))
+        return await super().act(messages)
+"""
+
+
+def test_an_episode_in_flight_keeps_only_its_last_observation_when_records_are_lean(workdir: Path) -> None:
+    """A lean record holds no per-step observation, yet each Sudoku step kept its observation
+    (the server's whole reply: text, board, metadata) until the episode's record was written:
+    twenty-odd per episode in flight. Now only each episode's last step keeps one."""
+    (workdir / "probe.py").write_text(STEP_PROBE, encoding="utf-8")
+    result = envsdk("rollout", "--env", "sudoku", "--policy", "probe.py:StepProbe", "--episodes", "2",
+                    "--concurrency", "1", "--no-progress", "--out", "c.jsonl", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    saved = records(workdir / "c.jsonl")
+    assert [r["status"] for r in saved] == ["done", "done"] and all(r["success"] for r in saved)
+    assert all(len(r["step_rewards"]) > 10 for r in saved)  # episodes long enough to tell
+    assert int((workdir / "probe.txt").read_text()) == 1
+
+
 def test_a_released_run_reports_what_a_kept_one_does(workdir: Path, serve: ServeFn) -> None:
     url = serve("graded:app", cwd=workdir, env={**user_env(), "GRADED_STEP_S": "0"})
     # By its file, as the CLI loads it: the name `policies` is this test suite's own package.
