@@ -1,6 +1,7 @@
 """What the evaluation harness costs per episode, against a bare loop over the same env client.
 
     .venv/bin/python -m bench.eval_overhead [--episodes 128] [--concurrency 64] [--rounds 5] [--no-freeze]
+        [--arms bare,bare_text,scheduler,harness[,harness_kept]]
 
 One Sudoku server (``python -m servers.sudoku``, its own process) serves both arms, which take
 turns round by round on the same seeds, `--concurrency` episodes at a time, the oracle playing:
@@ -13,6 +14,10 @@ turns round by round on the same seeds, `--concurrency` episodes at a time, the 
   options parsed, `plan_run` tagging every rollout and writing the run file, the Sudoku
   scheduler (hints, shaped reward parts, messages), each record written to
   ``completions.jsonl``, and the pass@k summary (`finish_run`, given what the writer wrote).
+  Its records are lean, so its steps let their observations go as it plays;
+* **harness_kept** (only when named in ``--arms``): the same, with the scheduler given to
+  `run_batches` by the caller, so that every step keeps its observation until the record is
+  written (what the harness did before it let them go).
 
 Reported per arm: wall time per episode (the batch's wall time over its episodes: what the
 harness adds to a run), each episode's own latency (p50, p99), and CPU time per episode in
@@ -53,7 +58,7 @@ from envsdk.evaluate import finish_run, plan_run
 from envsdk.games.sudoku import parse_move
 from envsdk.policies import SudokuOraclePolicy
 from envsdk.records import quantile
-from envsdk.rollout import Batch, _set_up_collector, add_rollout_parser, make_requests, run_batches
+from envsdk.rollout import Batch, _set_up_collector, add_rollout_parser, make_requests, make_scheduler, run_batches
 from envsdk.schedulers import SudokuScheduler
 from envsdk.testing import free_port, stop_process
 
@@ -106,7 +111,9 @@ async def bare_round(
     return time.perf_counter() - started, [s for s, _ in done], sum(n for _, n in done)
 
 
-async def harness_round(url: str, episodes: int, seed: int, concurrency: int, out: Path) -> tuple[float, list[float], int]:
+async def harness_round(
+    url: str, episodes: int, seed: int, concurrency: int, out: Path, keep_observations: bool = False
+) -> tuple[float, list[float], int]:
     parser = argparse.ArgumentParser(prog="envsdk")
     add_rollout_parser(parser.add_subparsers(dest="command"))
     argv = ["rollout", "--env", "sudoku", "--base-url", url, "--policy", "oracle", "--episodes", str(episodes),
@@ -116,8 +123,11 @@ async def harness_round(url: str, episodes: int, seed: int, concurrency: int, ou
     args.command_line = argv
     batch = Batch("sudoku", make_requests("sudoku", episodes, seed, url), SudokuOraclePolicy(), url)
     plan = plan_run(args, [batch])
+    # A scheduler of the caller's own is left as given: it keeps every step's observation.
+    given = make_scheduler("sudoku", base_url=url, concurrency=concurrency) if keep_observations else None
     report = await run_batches(
         [batch], concurrency=concurrency, out=out, progress=False, append=plan.append, max_turns=None, release=True,
+        scheduler=given,
     )
     if finish_run(out, report.written) is None:
         raise RuntimeError("no records were written")
@@ -184,7 +194,7 @@ def play_round(
         return asyncio.run(bare_round(url, episodes, seed, concurrency, text=arm == "bare_text"))
     if arm == "scheduler":
         return asyncio.run(scheduler_round(url, episodes, seed, concurrency))
-    return asyncio.run(harness_round(url, episodes, seed, concurrency, out))
+    return asyncio.run(harness_round(url, episodes, seed, concurrency, out, keep_observations=arm == "harness_kept"))
 
 
 def start_server(concurrency: int) -> tuple[subprocess.Popen[bytes], str]:
@@ -208,6 +218,9 @@ def start_server(concurrency: int) -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.2)
 
 
+ARMS = ("bare", "bare_text", "scheduler", "harness")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=128)
@@ -216,14 +229,20 @@ def main() -> int:
     parser.add_argument("--no-freeze", action="store_true",
                         help="leave the collector as CPython sets it: walking the whole heap, young passes every"
                         " 700 objects (what `envsdk rollout`'s set-up saves)")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"the arms to play, comma-separated, among {', '.join(ARMS + ('harness_kept',))};"
+                        " bare, bare_text and harness are always played")
     opts = parser.parse_args()
+    arms = tuple(dict.fromkeys(("bare", "bare_text", *opts.arms.split(","), "harness")))
+    unknown = [a for a in arms if a not in (*ARMS, "harness_kept")]
+    if unknown:
+        parser.error(f"unknown arm(s): {', '.join(unknown)}")
     server, url = start_server(opts.concurrency)
     try:
         # As `envsdk rollout` does before its episodes (its `_set_up_collector`), for every arm alike:
         # they share this process, so the heap the collector walks is the same for all of them.
         if not opts.no_freeze:
             _set_up_collector()
-        arms = ("bare", "bare_text", "scheduler", "harness")
         results: dict[str, tuple[list[float], list[float], int]] = {name: ([], [], 0) for name in arms}
         ratios: list[float] = []
         text_ratios: list[float] = []
@@ -243,7 +262,7 @@ def main() -> int:
                 # (or busier), so a fixed order would favour one side.
                 for name in arms[r % len(arms):] + arms[:r % len(arms)]:
                     mark = (time.process_time(), _cpu_seconds(server.pid))
-                    out = Path(folder) / f"c{r}.jsonl"
+                    out = Path(folder) / f"{name}{r}.jsonl"
                     with collector[name]:
                         measured[name] = play_round(name, url, opts.episodes, seed, opts.concurrency, out)
                     cpu[name].append((time.process_time() - mark[0], _cpu_seconds(server.pid) - mark[1]))
@@ -285,8 +304,9 @@ def main() -> int:
     print(f"server CPU per episode, the same work in every arm: {min(served) * 1000:.2f} to {max(served) * 1000:.2f} ms "
           f"(this machine's noise); each loop below is given their mean, {server_mean * 1000:.2f} ms")
     pairs = (("bare_text", "bare"), ("scheduler", "bare"), ("harness", "bare"), ("scheduler", "bare_text"),
-             ("harness", "bare_text"), ("harness", "scheduler"))
-    for name, over in pairs:
+             ("harness", "bare_text"), ("harness", "scheduler"), ("harness_kept", "bare_text"),
+             ("harness", "harness_kept"))
+    for name, over in (pair for pair in pairs if set(pair) <= set(arms)):
         extra = per_episode_cpu[name][0] - per_episode_cpu[over][0]
         loop = over if over.startswith("bare") else "bare"
         base = per_episode_cpu[loop][0] + server_mean
