@@ -206,7 +206,8 @@ class RolloutReport:
     #: trajectories were released).
     facts: list[EpisodeFacts] = field(default_factory=list)
     #: Why a finished episode's record could not be written to ``out`` (a full disk, a file
-    #: size limit): the run stopped there, and ``stopped`` says so too. Else None.
+    #: size limit): the run stopped there, and ``stopped`` says so too. That episode, whose
+    #: record is not in the file, is not among the trajectories, facts or summary. Else None.
     unwritten: str | None = None
 
 
@@ -507,8 +508,8 @@ async def run_batches(
     A Sudoku batch without a base URL gets a server started here for the run. Trajectories are
     written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
     interrupted still has them (appended to `out` with `append`, else `out` is rewritten); their
-    `EpisodeFacts` are appended to `facts` the same way. A failing episode is recorded (status
-    ``error``), never raised.
+    `EpisodeFacts` are appended to `facts` the same way (with `out`, once their records are
+    written). A failing episode is recorded (status ``error``), never raised.
 
     With `release` (and `out`), each trajectory keeps only how it ended once its record is
     written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
@@ -544,9 +545,10 @@ async def run_batches(
 
         def on_done(traj: Trajectory) -> None:
             nonlocal streak
-            done_list.append(traj)
-            done_facts.append(EpisodeFacts.of(traj))
-            if writer is not None and not unwritten:
+            if writer is not None:
+                # An episode whose record is not in the file is not counted: `--resume` plays it again.
+                if unwritten:
+                    return
                 try:
                     writer.write(traj)
                 except OSError as exc:
@@ -555,8 +557,11 @@ async def run_batches(
                     stopped.append(f"an episode's record could not be written ({exc.strerror or exc})")
                     for task in tasks:
                         task.cancel()
-                if release:
-                    _release(traj)
+                    return
+            done_list.append(traj)
+            done_facts.append(EpisodeFacts.of(traj))
+            if writer is not None and release:
+                _release(traj)
             if bar is not None:
                 bar.update(1)
             if traj.status == "error" and traj.error_kind in CONNECTION_ERRORS:
@@ -1224,7 +1229,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
 
 
 #: The collector's first-generation threshold in the `envsdk` program's own process (CPython's
-#: default is 700). An episode in flight keeps every message, step and observation it made, so
+#: default is 700). An episode in flight keeps every message and step it made, so
 #: with dozens in flight the collector ran a young pass every few turns and walked them again
 #: and again: about 150 passes per 128 Sudoku episodes, 1.2-1.7 ms of the rollout process's CPU
 #: per episode; with 20,000, 4 passes and 0.3 ms (``python -m bench.eval_overhead`` applies the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -65,6 +66,11 @@ def test_a_run_that_cannot_write_a_record_stops_and_resumes(workdir: Path, serve
                            "written to c.jsonl: File too large"), limited.stderr
     assert "--resume --out c.jsonl" in last and "Traceback" not in limited.stderr
     assert (workdir / "c.jsonl").stat().st_size <= 6000  # the run stopped at the limit
+    # The summary counts the episodes whose records the file holds (the one that failed is played
+    # again by --resume), not that one too.
+    whole = (workdir / "c.jsonl").read_bytes().split(b"\n")[:-1]  # lines a newline ends
+    counted = re.search(r"^episodes\s+(\d+)$", limited.stdout, re.MULTILINE)
+    assert counted is not None and int(counted.group(1)) == len(whole) > 0, limited.stdout
     resumed = envsdk(*args, "--resume", cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(by_pair(workdir / "c.jsonl")) == sorted((f"seed-{n}", 0) for n in range(40))
