@@ -5,8 +5,8 @@ Lines says, one record per "\\n"."""
 from __future__ import annotations
 
 import json
-import resource
 import re
+import resource
 import signal
 import subprocess
 from pathlib import Path
