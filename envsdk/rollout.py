@@ -514,8 +514,9 @@ async def run_batches(
     With `release` (and `out`), each trajectory keeps only how it ended once its record is
     written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
     a run's memory does not grow with its episodes (a Sudoku episode kept whole is 200-300 KB).
-    With the lean `record` form, the schedulers made here also keep no step's observation but
-    the last one's while an episode plays (`MultiTurnScheduler.keep_observations`). The
+    With the lean `record` form, the schedulers made here from envsdk's own classes also keep no
+    step's observation but the last one's while an episode plays
+    (`MultiTurnScheduler.keep_observations`). The
     report's summary and facts are the same either way.
 
     When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
@@ -592,9 +593,14 @@ async def run_batches(
                     scheduler=scheduler, formatter=formatter,
                 )
             )
-            if sched is not scheduler and writer is not None and release and record == "lean":
+            if (
+                sched is not scheduler
+                and type(sched).__module__.startswith("envsdk.")
+                and writer is not None and release and record == "lean"
+            ):
                 # Its lean records hold no per-step observation, and nobody sees a trajectory
                 # after its record: no step need keep its observation while the episode plays.
+                # A scheduler class of the user's own (a plugin's) may read earlier ones: kept.
                 sched.keep_observations = False
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
         started = time.perf_counter()

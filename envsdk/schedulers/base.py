@@ -100,7 +100,7 @@ class MultiTurnScheduler(abc.ABC):
     #: (`is_success` may read that one), for a caller whose records hold no per-step
     #: observation (the lean form) and which lets each trajectory go once its record is
     #: written: every episode in flight otherwise keeps each of its observations whole until
-    #: then. `envsdk rollout` sets it so on the schedulers it makes.
+    #: then. `envsdk rollout` sets it so on the schedulers it makes from envsdk's own classes.
     keep_observations: bool = True
 
     def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:

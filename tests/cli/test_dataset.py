@@ -72,6 +72,8 @@ from envsdk.schedulers import GYMScheduler
 class TaggingScheduler(GYMScheduler):
     async def on_trajectory_end(self, trajectory):
         trajectory.rollout_infos["tagged_by"] = "TaggingScheduler"
+        # A class of the user's own may read its earlier steps: the lean run leaves them whole.
+        trajectory.rollout_infos["observations"] = sum(s.observation is not None for s in trajectory.steps)
         await super().on_trajectory_end(trajectory)
 
 schedulers["tagging"] = TaggingScheduler
@@ -83,7 +85,10 @@ def test_scheduler_flag_picks_a_registered_scheduler_from_a_plugin(tmp_path: Pat
     result = envsdk("rollout", "--env", "frozen_lake", "--scheduler", "tagging", "--external-plugins", "sched.py",
                     "--episodes", "3", "--no-progress", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert [r["infos"]["tagged_by"] for r in _records(tmp_path / "completions.jsonl")] == ["TaggingScheduler"] * 3
+    saved = _records(tmp_path / "completions.jsonl")
+    assert [r["infos"]["tagged_by"] for r in saved] == ["TaggingScheduler"] * 3
+    assert [r["infos"]["observations"] for r in saved] == [len(r["step_rewards"]) for r in saved]
+    assert any(len(r["step_rewards"]) > 1 for r in saved)
     unknown = envsdk("rollout", "--env", "frozen_lake", "--scheduler", "nope", "--overwrite", "--no-progress", cwd=tmp_path)
     assert unknown.returncode == 2 and "no scheduler named 'nope'" in unknown.stderr
 
