@@ -516,8 +516,8 @@ async def run_batches(
     a run's memory does not grow with its episodes (a Sudoku episode kept whole is 200-300 KB).
     With the lean `record` form, the schedulers made here from envsdk's own classes also keep no
     step's observation but the last one's while an episode plays
-    (`MultiTurnScheduler.keep_observations`). The
-    report's summary and facts are the same either way.
+    (`MultiTurnScheduler.keep_observations`). The report's summary and facts are the same
+    either way.
 
     When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
     it died, or cannot be reached), the episodes left are not started: the report then holds the
