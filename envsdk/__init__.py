@@ -15,6 +15,7 @@ from envsdk.errors import (
     EpisodeDoneError,
     NotResetError,
     ProtocolError,
+    RequestEncodingError,
     ServerError,
     ServerShutdownError,
     SessionLostError,
@@ -52,6 +53,7 @@ __all__ = [
     "ServerShutdownError",
     "AuthenticationError",
     "EnvNotFoundError",
+    "RequestEncodingError",
     *_LAZY,
 ]
 

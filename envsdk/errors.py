@@ -22,6 +22,7 @@ __all__ = [
     "AuthenticationError",
     "EnvNotFoundError",
     "ToolCallError",
+    "RequestEncodingError",
 ]
 
 
@@ -31,6 +32,12 @@ class EnvSDKError(Exception):
 
 class ProtocolError(EnvSDKError):
     """A peer sent a frame that does not follow the wire protocol."""
+
+
+class RequestEncodingError(EnvSDKError, ValueError):
+    """A request holds what a JSON frame cannot carry (a lone surrogate such as ``"\\ud800"``, which
+    UTF-8 has no form for; a value JSON has no type for): nothing was sent, and the session is
+    as it was. A `ValueError`, as the serialiser's own error was."""
 
 
 class ConnectError(EnvSDKError):

@@ -41,6 +41,7 @@ from envsdk.errors import (
     EpisodeDoneError,
     NotResetError,
     ProtocolError,
+    RequestEncodingError,
     ServerError,
     ServerShutdownError,
     SessionLostError,
@@ -418,7 +419,13 @@ class EnvClient:
             self._check_usable()
             attempts_left = await self._ensure_connected(self.retry.max_attempts)
             request_id = uuid.uuid4().hex if self._server_kind == "envsdk" else None
-            raw = encode(make(request_id))
+            try:
+                raw = encode(make(request_id))
+            except ValueError as exc:  # pydantic's: a lone surrogate, a type JSON lacks, a malformed body
+                raise RequestEncodingError(
+                    f"{what}: the request cannot be written as a JSON frame, so nothing was sent and the session"
+                    f" is as it was ({' '.join(str(exc).split())})"
+                ) from exc
             while True:
                 conn = self._conn
                 assert conn is not None  # _ensure_connected and _recover either set it or raise

@@ -9,9 +9,21 @@ from typing import Any
 import pytest
 
 from envsdk.client import EnvClient, Keepalive, Retry, Timeouts, WebSocketTransport
-from envsdk.errors import CapacityError, EpisodeDoneError, NotResetError, SessionLostError
+from envsdk.errors import (
+    CapacityError,
+    EpisodeDoneError,
+    NotResetError,
+    RequestEncodingError,
+    SessionLostError,
+)
 from envsdk.server import create_app
-from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, free_port, running_server
+from envsdk.testing import (
+    EchoAction,
+    EchoEnvironment,
+    EchoObservation,
+    free_port,
+    running_server,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -180,3 +192,27 @@ async def test_reply_over_the_frame_limit_is_refused_not_retried(envsdk_url: str
     with pytest.raises(SessionLostError, match="1009"):
         await client.step({"message": "x" * 2000})
     await client.close()
+
+
+@pytest.mark.parametrize(
+    ("what", "send"),
+    [
+        # What a "\ud800" escape in a model server's JSON decodes to: UTF-8 has no form for it.
+        ("step", lambda client: client.step({"message": "left \ud800"})),
+        # A value JSON has no type for.
+        ("reset", lambda client: client.reset(seed=object())),
+        ("tools/call", lambda client: client.call_tool("echo", text="\udfff")),
+    ],
+)
+async def test_a_request_that_cannot_be_written_as_json_is_a_typed_error_and_sends_nothing(
+    envsdk_url: str, what: str, send: Any
+) -> None:
+    async with EnvClient(envsdk_url) as client:
+        await client.reset()
+        with pytest.raises(RequestEncodingError, match=f"^{what}: .*nothing was sent") as info:
+            await send(client)
+        assert isinstance(info.value, ValueError)  # what callers caught before: pydantic's error is one
+        # The session is as it was: the episode goes on where it stood.
+        result = await client.step({"message": "after"})
+        assert result.observation["echoed_message"] == "after"
+        assert (await client.state())["step_count"] == 1

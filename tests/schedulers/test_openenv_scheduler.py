@@ -78,6 +78,25 @@ async def test_one_env_raising_on_step_3_in_16_fails_only_that_trajectory(echo_u
     assert await _active_sessions(echo_url) == 0
 
 
+async def test_a_reply_the_wire_cannot_carry_ends_its_episode_with_a_typed_error(echo_url: str) -> None:
+    # A lone surrogate: what a "\\ud800" escape in a model server's JSON reply decodes to.
+    def reply(turn: int, messages: list[dict[str, Any]]) -> str:
+        return "b \ud800" if messages[0]["content"] == "doomed" and turn == 1 else "abc"
+
+    rows = _rows(echo_url, 4)
+    for i, row in enumerate(rows):
+        row.data_dict["env_config"]["system_message"] = "doomed" if i == 2 else "fine"
+    trajs = await OpenEnvScheduler(max_turns=3).run(rows, ScriptedPolicy(reply))
+    assert [t.status for t in trajs] == ["max_turns", "max_turns", "error", "max_turns"]
+    doomed = trajs[2]
+    assert doomed.error_kind == "RequestEncodingError", doomed.reason
+    assert "step: the request cannot be written as a JSON frame, so nothing was sent" in (doomed.reason or "")
+    assert "surrogates not allowed" in (doomed.reason or "")
+    assert len(doomed.steps) == 1  # the first step was played; the second never left
+    assert all(len(t.steps) == 3 for i, t in enumerate(trajs) if i != 2)
+    assert await _active_sessions(echo_url) == 0
+
+
 async def test_unreachable_server_is_a_recorded_error(echo_url: str) -> None:
     from envsdk.testing import free_port
 
