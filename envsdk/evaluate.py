@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from envsdk._process import sigterm_interrupts
 from envsdk.env import RolloutRequest
@@ -62,6 +62,7 @@ from envsdk.runfile import (
     read_run_file,
     run_file_path,
     write_run_file,
+    written_options,
 )
 
 __all__ = [
@@ -311,21 +312,44 @@ def replaced_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.replaced.jsonl")
 
 
-def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
-    """Keep one record per (example, index) that did not end in an error; move the others to
-    ``<stem>.replaced.jsonl``. Returns the pairs kept and how many records were moved.
+class _Compacted(NamedTuple):
+    done: set[tuple[str, int]]  # the pairs kept
+    moved: int  # the records moved aside
+    run: str | None  # the run that wrote the records (None: there are none)
+    attempt: int  # the latest attempt that wrote one (0: none)
 
+
+def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
+    """Keep one record per (example, index) that did not end in an error; move the others to
+    ``<stem>.replaced.jsonl``. `run`: the run the records must all come from (that of
+    `run_file`), or None for that of the first record.
+
+    Raises `EvalError`, before anything is moved, for a record of another run: a file copied
+    over this one, or written through another name, holds pairs this run never played.
     The file is read once to decide, keeping one flag per record, and read again to write each
     part: never held whole (nor as parsed records), as it may be larger than the memory."""
     keep: list[bool] = []
     done: set[tuple[str, int]] = set()
-    for _, record in iter_records(path):
+    attempt = 0
+    for number, (_, record) in enumerate(iter_records(path), start=1):
         key = example_of(record)
-        if not isinstance(record.get(EVAL_KEY), dict):
+        tag = record.get(EVAL_KEY)
+        if not isinstance(tag, dict):
             raise EvalError(
                 f"{path}: a record without an 'eval' tag (uuid {record.get('uuid')}); only a run written by "
                 "`envsdk rollout` of this version can be resumed"
             )
+        if run is None:
+            run = str(tag.get("run"))
+        elif tag.get("run") != run:
+            whose = f"run {run}, whose run file is {run_file}" if run_file.is_file() else f"run {run}, as the records before it"
+            raise EvalError(
+                f"{path}: record {number} (uuid {record.get('uuid')}) was written by run {tag.get('run')}, not by "
+                f"{whose}: the file holds another run's records (copied over it, or written through another name); "
+                "resume each run in its own --out"
+            )
+        if isinstance(tag.get("attempt"), int):
+            attempt = max(attempt, tag["attempt"])
         kept = key not in done and record.get("status") != "error"
         if kept:
             done.add(key)
@@ -337,7 +361,7 @@ def _compact(path: Path) -> tuple[set[tuple[str, int]], int]:
 
         _put_aside(replaced_path(path), lambda: lines(False))
         write_atomically(path, lines(True))
-    return done, moved
+    return _Compacted(done, moved, run, attempt)
 
 
 def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
@@ -487,12 +511,20 @@ def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
                 "(records files with one stem share their run files); resume that one, or write to another --out"
             )
     if stored is not None:
-        changed = [
-            dest for dest, value in stored.items()
-            if dest not in _CHANGEABLE_ON_RESUME and getattr(resolved, dest, None) != value
-        ]
+        changed = []
+        # Every option, not only those the run file holds: one it lacks was not set by the run
+        # (a written file holds every option that was), so giving it now changes what is played.
+        for dest in written_options(parser):
+            value = getattr(resolved, dest, None)
+            if dest in _CHANGEABLE_ON_RESUME:
+                continue
+            if dest in stored:
+                if value != stored[dest]:
+                    changed.append(f"--{dest.replace('_', '-')} {value!r} (the run has {stored[dest]!r})")
+            elif value is not None and value != parser.get_default(dest):
+                changed.append(f"--{dest.replace('_', '-')} {value!r} (not set in the run)")
         if changed:
-            what = ", ".join(f"--{d.replace('_', '-')} {getattr(resolved, d, None)!r} (the run has {stored[d]!r})" for d in changed)
+            what = ", ".join(changed)
             raise EvalError(
                 f"--resume continues the run in {resolved.out}, which was started with other options: {what}; "
                 "drop those options, or write to a new --out"
@@ -562,17 +594,18 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         cut = recover_torn_tail(out)
         if cut:
             notes.append(f"cut a torn last line ({cut} bytes) off {out}")
-        done, moved = _compact(out)
+        run_file = run_file_path(out)
+        previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
+        named = previous.get("id") if isinstance(previous.get("id"), str) else None
+        compacted = _compact(out, named, run_file)
         rehold(out)  # a compaction renamed a new file over it: lock that one too
+        done, moved = compacted.done, compacted.moved
         if moved:
             notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
                          f"{replaced_path(out)}; they are played again")
-        run_file = run_file_path(out)
-        previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
-        if isinstance(previous.get("id"), str):
-            run_id = previous["id"]
-        if isinstance(previous.get("attempt"), int):
-            attempt = previous["attempt"] + 1
+        run_id = named or compacted.run or run_id
+        stated = previous.get("attempt")
+        attempt = max(stated if isinstance(stated, int) else 0, compacted.attempt) + 1
     planned = 0
     to_play = 0
     from_dataset = getattr(args, "dataset", None) is not None

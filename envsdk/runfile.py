@@ -26,7 +26,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "options_from", "parse_with", "write_run_file"]
+__all__ = [
+    "RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "options_from", "parse_with", "written_options",
+    "write_run_file",
+]
 
 #: The table of a written run file that names the run; it is not an option.
 RUN_TABLE = "run"
@@ -71,6 +74,12 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
         if any(s.startswith("--") for s in action.option_strings):
             found[action.dest] = action
     return found
+
+
+def written_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The destinations a written run file records when they are set: every option a run file
+    may give but ``overwrite`` and the secrets. One that is absent from a written file was unset."""
+    return [dest for dest in _options(parser) if dest not in _NOT_WRITTEN]
 
 
 def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:

@@ -256,6 +256,53 @@ def test_resume_refuses_options_that_change_what_the_run_plays(workdir: Path, se
     assert envsdk("rollout", "--resume", "--out", "s.jsonl", "--no-progress", cwd=workdir).returncode == 0
 
 
+@pytest.mark.parametrize(
+    "option",
+    [["--max-turns", "1"], ["--env-config", '{"reset_kwargs": {"level": "hard"}}'], ["--temperature", "0.5"]],
+    ids=["max-turns", "env-config", "temperature"],
+)
+def test_resume_refuses_an_option_the_run_left_unset(workdir: Path, serve: ServeFn, option: list[str]) -> None:
+    """An option the first run did not set is not in its run file; giving it to the resume would
+    play the pairs left under other rules than the records already there."""
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "u.jsonl"), cwd=workdir).returncode == 0
+    out = workdir / "u.jsonl"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:-1]))  # one pair left to play
+    before, run_file = out.read_bytes(), (workdir / "u.run.toml").read_bytes()
+    refused = envsdk("rollout", "--resume", "--out", "u.jsonl", "--no-progress", *option, cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, option[0], "not set")
+    assert out.read_bytes() == before and (workdir / "u.run.toml").read_bytes() == run_file
+    assert envsdk("rollout", "--resume", "--out", "u.jsonl", "--no-progress", cwd=workdir).returncode == 0
+    assert sorted(by_pair(out)) == PAIRS
+
+
+def test_resume_refuses_a_file_holding_another_runs_records(workdir: Path, serve: ServeFn) -> None:
+    """Records of another run (a file copied over this one, or written through another name) are
+    not this run's: counting them would skip its pairs and report the other run's results."""
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "mine.jsonl"), cwd=workdir).returncode == 0
+    assert envsdk(*_rollout_args(url, "theirs.jsonl"), cwd=workdir).returncode == 0
+    mine, theirs = records(workdir / "mine.jsonl"), records(workdir / "theirs.jsonl")
+    other_run = theirs[0]["eval"]["run"]
+    assert other_run != mine[0]["eval"]["run"]
+    (workdir / "mine.jsonl").write_bytes((workdir / "theirs.jsonl").read_bytes())
+    before = (workdir / "mine.jsonl").read_bytes()
+    refused = envsdk("rollout", "--resume", "--out", "mine.jsonl", "--no-progress", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, other_run, mine[0]["eval"]["run"])
+    assert (workdir / "mine.jsonl").read_bytes() == before
+    # One foreign record among the run's own is refused too, and nothing is moved aside.
+    own = (workdir / "theirs.jsonl").read_bytes().splitlines(keepends=True)
+    mixed = [*own[:-1], json.dumps({**mine[0], "eval": {**mine[0]["eval"]}}).encode() + b"\n"]
+    (workdir / "theirs.jsonl").write_bytes(b"".join(mixed))
+    refused = envsdk("rollout", "--resume", "--out", "theirs.jsonl", "--no-progress", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, mine[0]["eval"]["run"])
+    assert (workdir / "theirs.jsonl").read_bytes() == b"".join(mixed)
+    assert not (workdir / "theirs.replaced.jsonl").exists()
+
+
 def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a": 1}\n{"b": 2}')
