@@ -780,8 +780,22 @@ def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
         "a name that no record has is refused",
     )
     parser.add_argument("--out", default=None, help="where to write the re-scored records (default: <stem>.rescored.jsonl)")
+    parser.add_argument(
+        "--overwrite", action="store_true",
+        help="replace --out even when it holds records that are not a re-scoring (a run's own records)",
+    )
     parser.set_defaults(func=rescore_command)
     return parser
+
+
+def _is_rescoring(path: Path) -> bool:
+    """Whether `path` holds what `envsdk rescore` writes (its first record says what it was
+    re-scored from): the next re-scoring may replace it, a run's own records it may not."""
+    try:
+        first = next(iter_records(path), None)
+    except EvalError:  # not records at all: not ours to replace either
+        return False
+    return first is not None and isinstance(first[1].get("rescored_from"), dict)
 
 
 def rescore_command(args: argparse.Namespace) -> int:
@@ -818,6 +832,11 @@ def rescore_command(args: argparse.Namespace) -> int:
         # A `kill` while it writes ends as Ctrl-C does: the temporary file goes, `target` stays.
         with hold_records(target), sigterm_interrupts(getattr(args, "own_process", False)):
             remove_stale_temporaries(target, [target.name])
+            if not getattr(args, "overwrite", False) and _holds_records(target) and not _is_rescoring(target):
+                raise EvalError(
+                    f"--out {target} holds records that are not a re-scoring (a run's own records would be lost): "
+                    "write to another --out, or give --overwrite to replace them"
+                )
             write_atomically(target, rescored())  # on a failed score, `target` is left as it was
     except EvalError as exc:  # a score that raised (1), or one that gave no number (2)
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)

@@ -84,6 +84,33 @@ def test_rescore_by_weights_over_the_recorded_components(tmp_path: Path) -> None
     assert lost, "no lost game with a positive weighted sum: the check above proved nothing"
 
 
+def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serve: ServeFn) -> None:
+    """``--out`` naming another run's records replaced them without a word: the run was lost,
+    and its run file then described records that were not its own."""
+    url = serve("graded:app", cwd=workdir)
+    for out, episodes in (("keep.jsonl", "4"), ("other.jsonl", "2")):
+        played = envsdk("rollout", "--env", "graded", "--base-url", url, "--policy", "policies.py:Parity",
+                        "--episodes", episodes, "--no-progress", "--out", out, cwd=workdir)
+        assert played.returncode == 0, played.stderr
+    (workdir / "inverted.py").write_text(INVERTED, encoding="utf-8")
+    kept = (workdir / "keep.jsonl").read_bytes()
+    refused = envsdk("rescore", "other.jsonl", "--score", "inverted.py:inverted", "--out", "keep.jsonl", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "keep.jsonl", "--overwrite")
+    assert (workdir / "keep.jsonl").read_bytes() == kept
+    # A re-scoring is replaced by the next one: that is what re-scoring again means.
+    for _ in range(2):
+        again = envsdk("rescore", "other.jsonl", "--weights", "nosuch=1", cwd=workdir)
+        assert again.returncode == 2  # (a refused weight writes nothing)
+        again = envsdk("rescore", "other.jsonl", "--score", "inverted.py:inverted", cwd=workdir)
+        assert again.returncode == 0, again.stderr
+    assert len(records(workdir / "other.rescored.jsonl")) == 2
+    forced = envsdk("rescore", "other.jsonl", "--score", "inverted.py:inverted", "--out", "keep.jsonl", "--overwrite",
+                    cwd=workdir)
+    assert forced.returncode == 0, forced.stderr
+    assert [r["rescored_from"] is not None for r in records(workdir / "keep.jsonl")] == [True, True]
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
@@ -105,6 +132,12 @@ def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], 
     assert not (tmp_path / "c.rescored.jsonl").exists()
 
 
+#: What an earlier ``envsdk rescore`` left in --out: the next re-scoring may replace it.
+EARLIER = json.dumps({"schema": "envsdk.completions/1", "uuid": "u0", "total_reward": 1.0, "success": True,
+                      "reward_components": {},
+                      "rescored_from": {"total_reward": 0.0, "success": False}}) + "\n"
+
+
 def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> None:
     """Records are re-scored and written one at a time: a score that raises on the third record
     leaves an earlier --out whole (and no temporary file), as when all were scored first."""
@@ -115,11 +148,11 @@ def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> Non
     lines = [{"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0, "success": False,
               "reward_components": {}} for n in range(5)]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    (tmp_path / "out.jsonl").write_text("an earlier re-scoring\n", encoding="utf-8")
+    (tmp_path / "out.jsonl").write_text(EARLIER, encoding="utf-8")
     result = envsdk("rescore", "c.jsonl", "--score", "third.py:score", "--out", "out.jsonl", cwd=tmp_path)
     assert result.returncode == 1
     assert_one_line_error(result, "KeyError", "u2")
-    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "an earlier re-scoring\n"
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "third.py"]
 
 
@@ -141,7 +174,7 @@ def test_rescore_stopped_by_sigterm_while_it_writes_leaves_nothing_behind(tmp_pa
         encoding="utf-8",
     )
     _plain_records(tmp_path / "c.jsonl", 2000)
-    (tmp_path / "out.jsonl").write_text("an earlier re-scoring\n", encoding="utf-8")
+    (tmp_path / "out.jsonl").write_text(EARLIER, encoding="utf-8")
     proc = subprocess.Popen([str(ENVSDK), "rescore", "c.jsonl", "--score", "slow.py:score", "--out", "out.jsonl"],
                             cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -156,7 +189,7 @@ def test_rescore_stopped_by_sigterm_while_it_writes_leaves_nothing_behind(tmp_pa
         stop_process(proc)
     assert proc.returncode == 143, stderr
     assert stderr.strip() == "envsdk rescore: terminated", stderr
-    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == "an earlier re-scoring\n"
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == EARLIER
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "scoring", "slow.py"]
 
 
@@ -213,8 +246,8 @@ def test_rescore_into_a_file_another_process_is_writing_is_refused_and_leaves_it
         assert holder.stdin is not None
         holder.stdin.close()  # the holder's cue to let go
         stop_process(holder)
-    # Free again once the holder is gone.
-    result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", live.name, cwd=tmp_path)
+    # Free again once the holder is gone (its records are a run's: replaced only when told).
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", live.name, "--overwrite", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert records(live)[0]["total_reward"] == 2.0
 
