@@ -80,6 +80,8 @@ __all__ = [
     "add_eval_arguments",
     "resolve_run_options",
     "plan_run",
+    "check_rollouts",
+    "MAX_ROLLOUTS",
     "finish_run",
     "summary_path",
     "rescore_records",
@@ -96,6 +98,8 @@ _CHANGEABLE_ON_RESUME = frozenset({"concurrency", "no_progress", "base_url", "ap
 _SAME_REWARD = 1e-9
 # The per-example rows printed in a summary; the report page lists them all.
 _PRINTED_EXAMPLES = 20
+#: The most rollouts one run plays: every one is planned (a request each) before the first plays.
+MAX_ROLLOUTS = 1_000_000
 
 
 class EvalError(ValueError):
@@ -121,7 +125,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @dataclass(frozen=True)
 class GroupStats:
     """One example's rollouts: how many, how many succeeded, their rewards' mean and spread
-    (population standard deviation), and pass@k for every k up to `n`."""
+    (population standard deviation), and pass@k for each k of the summary's up to `n`."""
 
     example: str
     n: int
@@ -137,8 +141,8 @@ class GroupStats:
 
 @dataclass(frozen=True)
 class EvalSummary:
-    """Groups of a run and their aggregates: overall pass@k for each k (the mean over the groups
-    with at least k rollouts), mean reward, and the share of groups with zero reward variance."""
+    """Groups of a run and their aggregates: overall pass@k (the mean over the groups) for each k
+    that every group reaches, mean reward, and the share of groups with zero reward variance."""
 
     groups: list[GroupStats]
     pass_at: dict[int, float]
@@ -147,11 +151,22 @@ class EvalSummary:
     records: int
     unstated: int = 0
 
+    @property
+    def ks(self) -> list[int]:
+        """The k of the per-example pass@k: every k up to 10, beyond that powers of two and the largest n."""
+        return _ks(max(g.n for g in self.groups))
+
+    @property
+    def smallest(self) -> int:
+        """The fewest rollouts of an example: overall pass@k goes up to this k."""
+        return min(g.n for g in self.groups)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form written beside the records (``<stem>.eval.json``); pass@k keys are strings."""
         return {
             "records": self.records,
             "examples": len(self.groups),
+            "rollouts_per_example": {"min": self.smallest, "max": max(g.n for g in self.groups)},
             "pass_at_k": {str(k): v for k, v in self.pass_at.items()},
             "mean_reward": self.mean_reward,
             "zero_variance_share": self.zero_variance_share,
@@ -177,6 +192,12 @@ class EvalSummary:
             f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
             "every rollout got the same reward)",
         ]
+        short = sum(g.n < max(self.ks) for g in self.groups)
+        if short:
+            lines.append(
+                f"{'':<16}overall pass@k stops at k={max(self.pass_at)}: {short} of {len(self.groups)} examples have fewer "
+                f"than {max(self.ks)} rollouts (a run cut short: `envsdk rollout --resume` completes it)"
+            )
         if self.unstated:
             lines.append(
                 f"{'':<16}{self.unstated} record(s) do not state success (null): pass@k counts them as not "
@@ -184,11 +205,15 @@ class EvalSummary:
             )
         shown = self.groups[:examples]
         if shown:
-            ks = list(self.pass_at)
-            lines += ["", f"{'example':<24}{'n':>4}{'c':>4}{'mean':>9}{'std':>9}" + "".join(f"{'pass@' + str(k):>9}" for k in ks)]
+            ks = self.ks
+            width = max(9, *(len(f"pass@{k}") + 1 for k in ks))  # columns apart even for pass@16384
+            n_width = max(4, len(str(max(g.n for g in self.groups))) + 1)
+            lines += ["", f"{'example':<24}{'n':>{n_width}}{'c':>{n_width}}{'mean':>9}{'std':>9}"
+                      + "".join(f"{'pass@' + str(k):>{width}}" for k in ks)]
             for g in shown:
-                cells = "".join(f"{g.pass_at[k]:>9.3f}" if k in g.pass_at else f"{'-':>9}" for k in ks)
-                lines.append(f"{g.example[:23]:<24}{g.n:>4}{g.correct:>4}{g.mean_reward:>9.3f}{g.reward_std:>9.3f}{cells}")
+                cells = "".join(f"{g.pass_at[k]:>{width}.3f}" if k in g.pass_at else f"{'-':>{width}}" for k in ks)
+                lines.append(f"{g.example[:23]:<24}{g.n:>{n_width}}{g.correct:>{n_width}}{g.mean_reward:>9.3f}"
+                             f"{g.reward_std:>9.3f}{cells}")
             if len(self.groups) > len(shown):
                 lines.append(f"... and {len(self.groups) - len(shown)} more examples (envsdk report lists them all)")
         return "\n".join(lines)
@@ -229,6 +254,9 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
     if not grouped:
         raise EvalError("no records to summarize")
     groups: list[GroupStats] = []
+    # pass@k for the k the summary shows (`_ks`), not every k up to n: each is a ratio of two
+    # binomials of n, and n may be in the tens of thousands.
+    ks = _ks(max(map(len, grouped.values())))
     # Examples in natural order (seed-2 before seed-10), not in the order their episodes ended.
     for example, members in sorted(grouped.items(), key=lambda item: _natural_key(item[0])):
         members.sort()
@@ -236,11 +264,11 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
         n, correct = len(members), sum(s for _, _, s in members)
         mean = sum(rewards) / n
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
-        groups.append(GroupStats(example, n, correct, mean, std, {k: pass_at_k(n, correct, k) for k in range(1, n + 1)}))
-    overall: dict[int, float] = {}
-    for k in _ks(max(g.n for g in groups)):
-        eligible = [g.pass_at[k] for g in groups if k in g.pass_at]
-        overall[k] = sum(eligible) / len(eligible)
+        groups.append(GroupStats(example, n, correct, mean, std, {k: pass_at_k(n, correct, k) for k in ks if k <= n}))
+    # Only for the k every example reaches: a mean over the groups that have k rollouts would
+    # stand for the run while it left out every example a cut-short run played fewer times.
+    smallest = min(g.n for g in groups)
+    overall = {k: sum(g.pass_at[k] for g in groups) / len(groups) for k in _ks(max(g.n for g in groups)) if k <= smallest}
     return EvalSummary(
         groups=groups,
         pass_at=overall,
@@ -556,6 +584,17 @@ def _other_records(out: Path) -> Path | None:
     return other if _holds_records(other) else None
 
 
+def check_rollouts(examples_are: str, examples: int, rollouts: int) -> None:
+    """Raise `EvalError` when `examples` x `rollouts` is more than `MAX_ROLLOUTS`: a run plans
+    a request per rollout before the first plays, so a billion filled the memory instead."""
+    planned = examples * max(rollouts, 1)
+    if planned > MAX_ROLLOUTS:
+        raise EvalError(
+            f"{examples_are} x --rollouts-per-example {rollouts} = {planned} rollouts; one run plays at most "
+            f"{MAX_ROLLOUTS} (each is planned before the first plays): split it into several runs, each its own --out"
+        )
+
+
 def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     """Expand each batch's requests into groups of ``--rollouts-per-example`` tagged rollouts and,
     with ``--resume``, drop those that already have a record; write the run file. Mutates the
@@ -563,6 +602,7 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     rollouts = int(getattr(args, "rollouts_per_example", 1))
     if rollouts < 1:
         raise EvalError(f"--rollouts-per-example must be >= 1, got {rollouts}")
+    check_rollouts(f"{sum(len(b.requests) for b in batches)} examples", sum(len(b.requests) for b in batches), rollouts)
     if args.resume and getattr(args, "overwrite", False):
         raise EvalError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     out = Path(args.out) if args.out else None

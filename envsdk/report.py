@@ -266,9 +266,10 @@ def _plot_training(episodes: list[Episode], names: list[str], out: Path) -> None
 
 def _groups_html(groups: EvalSummary) -> str:
     """The pass@k section: overall numbers, then one row per example."""
-    ks = list(groups.pass_at)
+    ks = groups.ks
     head = "".join(f"<th>pass@{k}</th>" for k in ks)
-    overall = "".join(f"<td>{v:.3f}</td>" for v in groups.pass_at.values())
+    # Overall only up to the k every example reaches (`EvalSummary.pass_at`).
+    overall = "".join(f"<td>{groups.pass_at[k]:.3f}</td>" if k in groups.pass_at else "<td>-</td>" for k in ks)
     rows = "\n".join(
         f"<tr><td>{html.escape(g.example)}</td><td>{g.n}</td><td>{g.correct}</td><td>{g.mean_reward:.3f}</td>"
         f"<td>{g.reward_std:.3f}</td>" + "".join(f"<td>{g.pass_at[k]:.3f}</td>" if k in g.pass_at else "<td>-</td>" for k in ks)

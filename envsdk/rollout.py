@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from envsdk._process import let_stdout_go
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
-from envsdk.evaluate import add_eval_arguments, finish_run, plan_run, resolve_run_options
+from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
     LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, quantile, read_jsonl, success_text,
@@ -933,6 +933,7 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
         )
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    check_rollouts(f"--episodes {args.episodes}", args.episodes, getattr(args, "rollouts_per_example", 1))
     check_env_name(default_env, base_url)
     given = {"base_url": base_url} if base_url is not None else {}
     _check_rows(default_env, {**(args.env_config or {}), "name": default_env, **given}, args, "--env-config")

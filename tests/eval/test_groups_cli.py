@@ -117,3 +117,38 @@ def test_groups_work_on_the_coding_server(tmp_path: Path, serve: ServeFn) -> Non
     assert sorted(pairs) == [(f"seed-{n}", i) for n in range(2) for i in range(2)]
     assert all(r["status"] != "error" for r in pairs.values()), [r["reason"] for r in pairs.values()]
     assert "2 examples x 2 rollouts" in run.stdout
+
+
+def _group(example: str, outcomes: list[int]) -> list[dict[str, object]]:
+    return [{"uuid": f"{example}/{i}", "total_reward": float(o), "success": bool(o),
+             "eval": {"example": example, "index": i, "run": "r", "attempt": 1}} for i, o in enumerate(outcomes)]
+
+
+def test_overall_pass_at_k_covers_only_the_k_every_example_reaches() -> None:
+    """Groups of unequal size (a run cut short, two files put together): pass@4 was the mean over
+    the one example with 4 rollouts, 1.000 while two examples of three never succeeded."""
+    summary = summarize_groups([*_group("seed-0", [0, 0, 0, 1]), *_group("seed-1", [0, 0]), *_group("seed-2", [0, 0])])
+    assert summary.pass_at == {1: pytest.approx(1 / 12), 2: pytest.approx(direct_pass_at_k([0, 0, 0, 1], 2) / 3)}
+    text = summary.render()
+    overall = next(line for line in text.splitlines() if line.startswith("pass@k"))
+    assert "pass@3" not in overall and "pass@4" not in overall
+    assert "2 of 3 examples have fewer" in text and "--resume" in text
+    # Each example's own pass@k is still there, up to its own size.
+    row = next(line for line in text.splitlines() if line.startswith("seed-0"))
+    assert row.split()[-4:] == [f"{direct_pass_at_k([0, 0, 0, 1], k):.3f}" for k in range(1, 5)]
+    written = summary.to_dict()
+    assert written["pass_at_k"] == {"1": pytest.approx(1 / 12), "2": pytest.approx(1 / 6)}
+    assert written["rollouts_per_example"] == {"min": 2, "max": 4}
+
+
+def test_a_large_group_gets_pass_at_k_for_the_shown_ks_only() -> None:
+    """pass@k was computed for every k up to n: for n = 20000, 20000 ratios of huge binomials,
+    minutes of work for a summary that shows about 16 of them."""
+    outcomes = [i % 7 == 0 for i in range(20_000)]
+    summary = summarize_groups(_group("seed-0", [int(o) for o in outcomes]))
+    shown = [1, *(2**i for i in range(1, 15)), 20_000]
+    assert list(summary.groups[0].pass_at) == shown == list(summary.pass_at)
+    correct = sum(outcomes)
+    assert summary.pass_at[2] == pytest.approx(pass_at_k(20_000, correct, 2)) and summary.pass_at[20_000] == 1.0
+    header = next(line for line in summary.render().splitlines() if line.startswith("example"))
+    assert header.split()[-3:] == ["pass@8192", "pass@16384", "pass@20000"]  # columns apart, not run together

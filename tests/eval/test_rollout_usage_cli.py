@@ -56,12 +56,22 @@ def test_a_new_run_refuses_to_overwrite_an_earlier_runs_records(tmp_path: Path) 
     [
         (["--env", "sudoku", "--base-url", "ftp://127.0.0.1:9/"], ["ftp://127.0.0.1:9/", "http", "ws"]),
         (["--env", "frozen_lake", "--env-config", '{"size": "big"}'], ["--env-config", "frozen_lake", '"size": "big"']),
+        # Every rollout is planned before the first plays: a billion filled the memory at 80 MB/s.
+        (["--env", "frozen_lake", "--rollouts-per-example", "1000000000"], ["4000000000 rollouts", "1000000"]),
     ],
 )
 def test_usage_mistakes_are_refused_before_any_episode_plays(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     result = envsdk("rollout", *args, "--episodes", "4", "--no-progress", cwd=tmp_path, timeout=120)
     assert result.returncode == 2
     assert_one_line_error(result, *needles)
+    assert not (tmp_path / "completions.jsonl").exists()
+
+
+def test_a_run_of_more_rollouts_than_can_be_planned_is_refused_at_once(tmp_path: Path) -> None:
+    result = envsdk("rollout", "--env", "frozen_lake", "--episodes", "1000000000", "--no-progress", cwd=tmp_path,
+                    timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, "1000000000 rollouts", "1000000", "split")
     assert not (tmp_path / "completions.jsonl").exists()
 
 
