@@ -262,8 +262,7 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
         members.sort()
         rewards = [r for _, r, _ in members]
         n, correct = len(members), sum(s for _, _, s in members)
-        mean = sum(rewards) / n
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        mean, std = _mean_and_std(rewards)
         groups.append(GroupStats(example, n, correct, mean, std, {k: pass_at_k(n, correct, k) for k in ks if k <= n}))
     # Only for the k every example reaches: a mean over the groups that have k rollouts would
     # stand for the run while it left out every example a cut-short run played fewer times.
@@ -272,11 +271,22 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
     return EvalSummary(
         groups=groups,
         pass_at=overall,
-        mean_reward=sum(g.mean_reward * g.n for g in groups) / count,
+        mean_reward=math.fsum(g.mean_reward * (g.n / count) for g in groups),
         zero_variance_share=sum(g.zero_variance for g in groups) / len(groups),
         records=count,
         unstated=unstated,
     )
+
+
+def _mean_and_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population standard deviation of finite `values`, finite however large they are
+    (a sum of rewards near the largest float overflowed to infinity): taken over the values
+    scaled by the largest magnitude, then scaled back."""
+    scale = max(map(abs, values)) or 1.0
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / len(scaled)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / len(scaled))
+    return mean * scale, std * scale
 
 
 # ---------------------------------------------------------------- reading and repairing records
@@ -777,6 +787,22 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
         raise ScoreFailedError(
             f"the score {name} raised {type(exc).__name__}: {exc} on record {record.get('uuid')}"
         ) from exc
+    try:
+        reward, success = _reward_of(record, result)
+    except OverflowError:  # an int beyond any float
+        raise EvalError(
+            f"the score for record {record.get('uuid')} is not a finite number: an int too large for a float"
+        ) from None
+    if not math.isfinite(reward):
+        raise EvalError(f"the score for record {record.get('uuid')} is not a finite number: {reward}")
+    new = dict(record)
+    new["rescored_from"] = {"total_reward": record["total_reward"], "success": record.get("success")}
+    new["total_reward"], new["success"] = reward, success
+    return new
+
+
+def _reward_of(record: dict[str, Any], result: Any) -> tuple[float, bool | None]:
+    """(reward, success) of what a score returned for `record` (see `rescore_record`)."""
     success: bool | None
     if isinstance(result, bool):
         reward, success = float(result), result
@@ -790,12 +816,7 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
             f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "
             "or {'reward': number, 'success': bool}"
         )
-    if not math.isfinite(reward):
-        raise EvalError(f"the score for record {record.get('uuid')} is not a finite number: {reward}")
-    new = dict(record)
-    new["rescored_from"] = {"total_reward": record["total_reward"], "success": record.get("success")}
-    new["total_reward"], new["success"] = reward, success
-    return new
+    return reward, success
 
 
 def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -152,3 +152,13 @@ def test_a_large_group_gets_pass_at_k_for_the_shown_ks_only() -> None:
     assert summary.pass_at[2] == pytest.approx(pass_at_k(20_000, correct, 2)) and summary.pass_at[20_000] == 1.0
     header = next(line for line in summary.render().splitlines() if line.startswith("example"))
     assert header.split()[-3:] == ["pass@8192", "pass@16384", "pass@20000"]  # columns apart, not run together
+
+
+def test_the_summary_of_rewards_near_the_largest_float_is_finite() -> None:
+    """Their sum overflowed: a re-scoring by weights of 1e308 printed a mean reward of -inf."""
+    big = [{**r, "total_reward": -1.5e308} for r in _group("seed-0", [0, 0]) + _group("seed-1", [0, 0])]
+    summary = summarize_groups(big)
+    assert summary.mean_reward == -1.5e308 and [g.mean_reward for g in summary.groups] == [-1.5e308] * 2
+    assert [g.reward_std for g in summary.groups] == [0.0, 0.0]
+    spread = summarize_groups([{**big[0], "total_reward": 1.5e308}, big[1]])
+    assert spread.mean_reward == 0.0 and spread.groups[0].reward_std == 1.5e308

@@ -116,13 +116,17 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
     [
         (["--score", "nowhere.py:f"], ["nowhere.py"]),
         (["--score", "bad_score.py:returns_text"], ["returned 'yes'", "expected a number"]),
+        # An int no float can hold raised OverflowError out of the command: a traceback.
+        (["--score", "bad_score.py:huge"], ["record u", "not a finite number"]),
         (["--weights", "correct"], ["name=number"]),
         # A name no record has would zero every reward: refused, naming the components there are.
         (["--weights", "correct=1,nosuch=1"], ["nosuch", "correct", "valid_move"]),
     ],
 )
 def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
-    (tmp_path / "bad_score.py").write_text("def returns_text(record):\n    return 'yes'\n", encoding="utf-8")
+    (tmp_path / "bad_score.py").write_text(
+        "def returns_text(record):\n    return 'yes'\n\ndef huge(record):\n    return {'reward': 10**400}\n", encoding="utf-8"
+    )
     line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
             "reward_components": {"correct": {"value": 1.0, "steps": []}, "valid_move": {"value": 0.5, "steps": []}}}
     (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
