@@ -338,7 +338,7 @@ def read_records(path: str | Path, *, stop: int | None = None) -> list[tuple[str
 def iter_records(path: str | Path, *, stop: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """`read_records` one record at a time, for a reader that keeps less than every record: a
     run's file holds tens of KB per episode (much more with a model's text and token ids)."""
-    for where, line, value in read_jsonl_lines(path, EvalError, "; only a torn last line is repaired", stop=stop):
+    for where, line, value in read_jsonl_lines(path, EvalError, "; `envsdk rollout --resume` repairs a run's torn last line, nothing else", stop=stop):
         try:
             yield line, check_record(value, where)
         except RecordError as exc:

@@ -368,14 +368,28 @@ def read_jsonl_lines(
     With `stop`, only the file's first `stop` bytes are read."""
     source = Path(path)
     if not source.is_file():
-        raise error(f"{source}: no such file")
-    for number, line in jsonl_lines(source, error, stop=stop):
+        raise error(f"{source}: {'not a file' if source.exists() else 'no such file'}")
+    lines = jsonl_lines(source, error, stop=stop)
+    for number, line in lines:
         where = f"{source}:{number}"
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise error(f"{where}: not JSON ({exc.msg}){hint}") from None
+            what = f"not JSON ({exc.msg}: column {exc.colno})"
+            if next(lines, None) is None and _ends_unfinished(source, stop):
+                what = f"the last line is cut off mid-record, {what}: what wrote it was stopped, or still writes"
+            raise error(f"{where}: {what}{hint}") from None
         yield where, line, value
+
+
+def _ends_unfinished(path: Path, stop: int | None) -> bool:
+    """Whether the file (its first `stop` bytes) ends in a line without its newline."""
+    with path.open("rb") as handle:
+        end = handle.seek(0, os.SEEK_END) if stop is None else stop
+        if end == 0:
+            return False
+        handle.seek(end - 1)
+        return handle.read(1) != b"\n"
 
 
 def jsonl_lines(path: Path, error: type[Exception] = ValueError, *, stop: int | None = None) -> Iterator[tuple[int, str]]:

@@ -61,6 +61,10 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise RunFileError(f"{source}: no such run file") from None
+    except OSError as exc:  # a folder, a file it may not read
+        raise RunFileError(f"{source}: cannot read the run file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{source}: not TOML (not UTF-8 text: byte {exc.start + 1})") from None
     except tomllib.TOMLDecodeError as exc:
         raise RunFileError(f"{source}: not TOML ({exc})") from None
 

@@ -269,3 +269,19 @@ def test_rescore_with_a_folder_where_its_lock_file_goes_says_so_in_one_line(tmp_
     result = envsdk("rescore", "c.jsonl", "--weights", "correct=2", "--out", "c.jsonl/x/o.jsonl", cwd=tmp_path)
     assert result.returncode == 2
     assert_one_line_error(result, "cannot write --out c.jsonl/x/o.jsonl there")
+
+
+def test_a_torn_last_line_and_a_folder_are_named_for_what_they_are(tmp_path: Path) -> None:
+    """A torn last line was refused with "only a torn last line is repaired" (it was one, and
+    rescore repairs nothing) and json's message cut at "…character at"; a folder was "no such file"."""
+    _plain_records(tmp_path / "c.jsonl", 2)
+    with (tmp_path / "c.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"sch')
+    result = envsdk("rescore", "c.jsonl", "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "c.jsonl:3", "cut off", "column 6", "--resume")
+    assert "only a torn last line is repaired" not in result.stderr
+    (tmp_path / "d.jsonl").mkdir()
+    result = envsdk("rescore", "d.jsonl", "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "d.jsonl", "not a file")

@@ -61,6 +61,19 @@ no-progress = true
     assert sorted(by_pair(workdir / "fewer.jsonl")) == [("seed-4", 0), ("seed-4", 1)]
 
 
+def test_a_run_file_that_cannot_be_read_is_named_not_blamed_on_out(tmp_path: Path) -> None:
+    """A folder given as --config said "cannot write --out completions.jsonl there", and bytes
+    that are not UTF-8 gave the codec's message without the file's name."""
+    (tmp_path / "folder.toml").mkdir()
+    (tmp_path / "latin.toml").write_bytes(b'env = "caf\xe9"\n')
+    for name, needles in (("folder.toml", ["cannot read"]), ("latin.toml", ["not UTF-8"])):
+        result = envsdk("rollout", "--config", name, "--env", "frozen_lake", cwd=tmp_path)
+        assert result.returncode == 2
+        assert_one_line_error(result, name, *needles)
+        assert "--out" not in result.stderr
+        assert not (tmp_path / "completions.jsonl").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "needles"),
     [
