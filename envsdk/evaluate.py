@@ -594,6 +594,18 @@ def _other_records(out: Path) -> Path | None:
     return other if _holds_records(other) else None
 
 
+#: The run table's key for the SHA-256 of the ``--dataset`` file the run began with.
+_DATASET_DIGEST = "dataset_sha256"
+
+
+def _file_digest(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(1 << 20):  # a dataset may be large: never read whole
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_rollouts(examples_are: str, examples: int, rollouts: int) -> None:
     """Raise `EvalError` when `examples` x `rollouts` is more than `MAX_ROLLOUTS`: a run plans
     a request per rollout before the first plays, so a billion filled the memory instead."""
@@ -654,6 +666,13 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
             notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
                          f"{replaced_path(out)}; they are played again")
         run_id = named or compacted.run or run_id
+        dataset = getattr(args, "dataset", None)
+        if dataset is not None and isinstance(previous.get(_DATASET_DIGEST), str):
+            if _file_digest(dataset) != previous[_DATASET_DIGEST]:
+                raise EvalError(
+                    f"--resume: the dataset {dataset} changed since the run began (its rows would be played as the "
+                    "same examples); resume with the rows as they were, or start a new --out"
+                )
         stated = previous.get("attempt")
         attempt = max(stated if isinstance(stated, int) else 0, compacted.attempt) + 1
     planned = 0
@@ -684,7 +703,10 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     if out is not None:
         parser = getattr(args, "rollout_parser", None)
         if parser is not None:
-            write_run_file(run_file_path(out), args, parser, {"id": run_id, "attempt": attempt})
+            run = {"id": run_id, "attempt": attempt}
+            if getattr(args, "dataset", None) is not None:
+                run[_DATASET_DIGEST] = _file_digest(args.dataset)
+            write_run_file(run_file_path(out), args, parser, run)
     return RunPlan(run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes)
 
 

@@ -303,6 +303,30 @@ def test_resume_refuses_a_file_holding_another_runs_records(workdir: Path, serve
     assert not (workdir / "theirs.replaced.jsonl").exists()
 
 
+def test_resume_refuses_a_dataset_that_changed_since_the_run_began(tmp_path: Path) -> None:
+    """The run file keeps only the dataset's path: rows edited between the runs were played as
+    the same examples, one group holding two different games, without a word."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"env_config": {"name": "frozen_lake", "seed": s}}) + "\n" for s in (1, 2, 3)),
+                    encoding="utf-8")
+    args = ["rollout", "--dataset", "rows.jsonl", "--policy", "random", "--rollouts-per-example", "2", "--max-turns",
+            "3", "--no-progress", "--out", "d.jsonl"]
+    assert envsdk(*args, cwd=tmp_path).returncode == 0
+    out = tmp_path / "d.jsonl"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:-1]))
+    before = out.read_bytes()
+    original = rows.read_bytes()
+    rows.write_bytes(original.replace(b'"seed": 3', b'"seed": 7'))
+    refused = envsdk("rollout", "--resume", "--out", "d.jsonl", "--no-progress", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "rows.jsonl", "changed")
+    assert out.read_bytes() == before
+    rows.write_bytes(original)  # the rows as they were: the run goes on
+    resumed = envsdk("rollout", "--resume", "--out", "d.jsonl", "--no-progress", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(by_pair(out)) == 6
+
+
 def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a": 1}\n{"b": 2}')
