@@ -82,6 +82,8 @@ __all__ = [
     "plan_run",
     "check_rollouts",
     "MAX_ROLLOUTS",
+    "PlannedRun",
+    "planned_run",
     "finish_run",
     "summary_path",
     "rescore_records",
@@ -150,6 +152,10 @@ class EvalSummary:
     zero_variance_share: float
     records: int
     unstated: int = 0
+    #: Records whose (example, index) an earlier record already had: files put together.
+    repeated: int = 0
+    #: What the run file beside the records planned, (examples, rollouts per example), when known.
+    planned: tuple[int, int] | None = None
 
     @property
     def ks(self) -> list[int]:
@@ -167,6 +173,8 @@ class EvalSummary:
             "records": self.records,
             "examples": len(self.groups),
             "rollouts_per_example": {"min": self.smallest, "max": max(g.n for g in self.groups)},
+            "repeated_pairs": self.repeated,
+            "planned": {"examples": self.planned[0], "rollouts_per_example": self.planned[1]} if self.planned else None,
             "pass_at_k": {str(k): v for k, v in self.pass_at.items()},
             "mean_reward": self.mean_reward,
             "zero_variance_share": self.zero_variance_share,
@@ -192,6 +200,18 @@ class EvalSummary:
             f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
             "every rollout got the same reward)",
         ]
+        if self.planned is not None and (len(self.groups), self.records) != (self.planned[0], self.planned[0] * self.planned[1]):
+            examples, rollouts = self.planned
+            lines.append(
+                f"{'':<16}cut short: the run planned {examples} examples x {rollouts} rollouts, the records hold "
+                f"{len(self.groups)} examples and {self.records} of {examples * rollouts} rollouts; pass@k is over "
+                "those (`envsdk rollout --resume` completes it)"
+            )
+        if self.repeated:
+            lines.append(
+                f"{'':<16}{self.repeated} record(s) repeat an (example, index) pair another record has: files of several "
+                "runs put together? Each counts in pass@k"
+            )
         short = sum(g.n < max(self.ks) for g in self.groups)
         if short:
             lines.append(
@@ -221,9 +241,7 @@ class EvalSummary:
 
 def _ks(largest: int) -> list[int]:
     """Every k up to 10; beyond, the powers of two and the largest."""
-    if largest <= 10:
-        return list(range(1, largest + 1))
-    return sorted({*(2**i for i in range(largest.bit_length()) if 2**i <= largest), largest})
+    return sorted({*range(1, min(largest, 10) + 1), *(2**i for i in range(largest.bit_length())), largest})
 
 
 def example_of(record: Mapping[str, Any]) -> tuple[str, int]:
@@ -240,15 +258,24 @@ def _natural_key(name: str) -> list[tuple[int, int, str]]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
 
 
-def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
+def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun | None = None) -> EvalSummary:
     """Group `records` by example (`example_of`) and compute pass@k, mean rewards and spreads.
-    A record counts as correct when its ``success`` is true (null, not stated, is not). Raises `EvalError` when there are none."""
+    A record counts as correct when its ``success`` is true (null, not stated, is not). Raises
+    `EvalError` when there are none. `planned` (`planned_run`): what the run set out to play,
+    kept when every record is that run's, so the summary can say what is missing."""
     grouped: dict[str, list[tuple[int, float, bool]]] = {}
     count = 0
     unstated = 0
+    pairs: set[tuple[str, int]] = set()
+    repeated = 0
+    runs: set[Any] = set()
     for record in records:
         unstated += record.get("success") is None
         example, index = example_of(record)
+        repeated += (example, index) in pairs
+        pairs.add((example, index))
+        tag = record.get(EVAL_KEY)
+        runs.add(tag.get("run") if isinstance(tag, dict) else None)
         grouped.setdefault(example, []).append((index, float(record["total_reward"]), bool(record.get("success"))))
         count += 1
     if not grouped:
@@ -275,7 +302,40 @@ def summarize_groups(records: Iterable[Mapping[str, Any]]) -> EvalSummary:
         zero_variance_share=sum(g.zero_variance for g in groups) / len(groups),
         records=count,
         unstated=unstated,
+        repeated=repeated,
+        planned=(planned.examples, planned.rollouts) if planned is not None and runs == {planned.run} else None,
     )
+
+
+class PlannedRun(NamedTuple):
+    """What a run's file says it set out to play: its id, examples and rollouts per example."""
+
+    run: str
+    examples: int
+    rollouts: int
+
+
+def planned_run(out: str | Path) -> PlannedRun | None:
+    """What the run file beside `out` planned, or None when that is not known: no run file, one
+    without an id, or a dataset that is no longer where it says (its rows are counted)."""
+    run_file = run_file_path(out)
+    try:
+        document = read_run_file(run_file) if run_file.is_file() else {}
+    except RunFileError:
+        return None
+    run, rollouts = document.get(RUN_TABLE, {}).get("id"), document.get("rollouts-per-example", 1)
+    if not isinstance(run, str) or not isinstance(rollouts, int):
+        return None
+    dataset = document.get("dataset")
+    if isinstance(dataset, str):
+        try:
+            with Path(dataset).open("rb") as rows:
+                examples = sum(1 for line in rows if line.strip())
+        except OSError:
+            return None
+    else:
+        examples = document.get("episodes", 1)
+    return PlannedRun(run, examples, rollouts) if isinstance(examples, int) else None
 
 
 def _mean_and_std(values: list[float]) -> tuple[float, float]:
@@ -377,9 +437,11 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
                 f"{path}: a record without an 'eval' tag (uuid {record.get('uuid')}); only a run written by "
                 "`envsdk rollout` of this version can be resumed"
             )
+        if not isinstance(tag.get("run"), str):
+            raise EvalError(f"{path}: record {number} (uuid {record.get('uuid')}) has no run id in its 'eval' tag")
         if run is None:
-            run = str(tag.get("run"))
-        elif tag.get("run") != run:
+            run = tag["run"]
+        elif tag["run"] != run:
             whose = f"run {run}, whose run file is {run_file}" if run_file.is_file() else f"run {run}, as the records before it"
             raise EvalError(
                 f"{path}: record {number} (uuid {record.get('uuid')}) was written by run {tag.get('run')}, not by "
@@ -536,6 +598,9 @@ def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
         raise EvalError(str(exc)) from None
     resolved = parse_with(parser, argv, base)
     resolved.command_line = getattr(args, "command_line", None)
+    if args.resume and "--overwrite" not in argv:
+        # A run file's `overwrite` is for starting the run it describes, not for continuing it.
+        resolved.overwrite = False
     if args.resume and resolved.out and stored is None and resolved.env is None and resolved.dataset is None:
         raise EvalError(
             f"--resume: there is no run to resume at {resolved.out} (no {run_file_path(resolved.out)}); "
@@ -609,7 +674,9 @@ def _file_digest(path: str | Path) -> str:
 def check_rollouts(examples_are: str, examples: int, rollouts: int) -> None:
     """Raise `EvalError` when `examples` x `rollouts` is more than `MAX_ROLLOUTS`: a run plans
     a request per rollout before the first plays, so a billion filled the memory instead."""
-    planned = examples * max(rollouts, 1)
+    if rollouts < 1:
+        raise EvalError(f"--rollouts-per-example must be >= 1, got {rollouts}")
+    planned = examples * rollouts
     if planned > MAX_ROLLOUTS:
         raise EvalError(
             f"{examples_are} x --rollouts-per-example {rollouts} = {planned} rollouts; one run plays at most "
@@ -622,9 +689,8 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     with ``--resume``, drop those that already have a record; write the run file. Mutates the
     batches' ``requests``."""
     rollouts = int(getattr(args, "rollouts_per_example", 1))
-    if rollouts < 1:
-        raise EvalError(f"--rollouts-per-example must be >= 1, got {rollouts}")
-    check_rollouts(f"{sum(len(b.requests) for b in batches)} examples", sum(len(b.requests) for b in batches), rollouts)
+    examples = sum(len(b.requests) for b in batches)
+    check_rollouts(f"{examples} examples", examples, rollouts)
     if args.resume and getattr(args, "overwrite", False):
         raise EvalError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     out = Path(args.out) if args.out else None
@@ -653,12 +719,26 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         if stale:
             notes.append(f"removed {stale} temporary file(s) beside {out} left by a run killed while it wrote")
     if resuming and out is not None:
-        cut = recover_torn_tail(out)
-        if cut:
-            notes.append(f"cut a torn last line ({cut} bytes) off {out}")
         run_file = run_file_path(out)
         previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
         named = previous.get("id") if isinstance(previous.get("id"), str) else None
+        if named is None and _holds_records(out):
+            raise EvalError(
+                f"--resume: {out} holds records but {run_file} names no run (it is missing, or has no [run] id): the "
+                "options the records were played with cannot be checked; put the run file back, or start a new --out"
+            )
+        dataset = getattr(args, "dataset", None)
+        # Before the records are repaired or compacted: a refused resume leaves them as they were.
+        began = previous.get(_DATASET_DIGEST)
+        if dataset is not None and isinstance(began, str) and _file_digest(dataset) != began:
+            raise EvalError(
+                f"--resume: the dataset {dataset} is not the file the run began with (its SHA-256 differs: edited "
+                "since, or another file by that name; relative paths are read from the folder you run in); resume "
+                "with the rows as they were, or start a new --out"
+            )
+        cut = recover_torn_tail(out)
+        if cut:
+            notes.append(f"cut a torn last line ({cut} bytes) off {out}")
         compacted = _compact(out, named, run_file)
         rehold(out)  # a compaction renamed a new file over it: lock that one too
         done, moved = compacted.done, compacted.moved
@@ -666,13 +746,6 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
             notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
                          f"{replaced_path(out)}; they are played again")
         run_id = named or compacted.run or run_id
-        dataset = getattr(args, "dataset", None)
-        if dataset is not None and isinstance(previous.get(_DATASET_DIGEST), str):
-            if _file_digest(dataset) != previous[_DATASET_DIGEST]:
-                raise EvalError(
-                    f"--resume: the dataset {dataset} changed since the run began (its rows would be played as the "
-                    "same examples); resume with the rows as they were, or start a new --out"
-                )
         stated = previous.get("attempt")
         attempt = max(stated if isinstance(stated, int) else 0, compacted.attempt) + 1
     planned = 0
@@ -733,7 +806,7 @@ def finish_run(out: str | Path | None, written: RecordsWritten | None = None) ->
         records = [summary_facts(record) for _, record in iter_records(path)]
     if not records:
         return None
-    summary = summarize_groups(records)
+    summary = summarize_groups(records, planned_run(path))
     write_atomically(summary_path(out), json.dumps(summary.to_dict(), indent=1) + "\n")
     return summary.render()
 

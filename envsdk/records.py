@@ -189,7 +189,11 @@ class RecordError(ValueError):
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -379,6 +383,8 @@ def read_jsonl_lines(
             if next(lines, None) is None and _ends_unfinished(source, stop):
                 what = f"the last line is cut off mid-record, {what}: what wrote it was stopped, or still writes"
             raise error(f"{where}: {what}{hint}") from None
+        except ValueError as exc:  # a number of more digits than Python converts
+            raise error(f"{where}: not a record this envsdk reads ({' '.join(str(exc).split())[:200]})") from None
         yield where, line, value
 
 

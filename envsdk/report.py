@@ -39,7 +39,13 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from envsdk.evaluate import EvalError, EvalSummary, read_records, summarize_groups
+from envsdk.evaluate import (
+    EvalError,
+    EvalSummary,
+    planned_run,
+    read_records,
+    summarize_groups,
+)
 from envsdk.records import RecordError, check_record, quantile, read_jsonl, success_text
 
 __all__ = [
@@ -364,7 +370,7 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
         _plot_training(episodes, names, plots["training"])
     page = folder / "report.html"
     try:
-        groups = summarize_groups(record for _, record in read_records(source))
+        groups = summarize_groups((record for _, record in read_records(source)), planned_run(source))
     except EvalError as exc:
         raise ReportError(str(exc)) from None
     page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")

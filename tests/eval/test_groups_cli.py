@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envsdk.evaluate import pass_at_k, summarize_groups
+from envsdk.evaluate import finish_run, pass_at_k, summarize_groups
 from tests.cli.conftest import ServeFn, envsdk, user_env
 from tests.eval.conftest import by_pair, records
 
@@ -146,7 +146,7 @@ def test_a_large_group_gets_pass_at_k_for_the_shown_ks_only() -> None:
     minutes of work for a summary that shows about 16 of them."""
     outcomes = [i % 7 == 0 for i in range(20_000)]
     summary = summarize_groups(_group("seed-0", [int(o) for o in outcomes]))
-    shown = [1, *(2**i for i in range(1, 15)), 20_000]
+    shown = [*range(1, 11), *(2**i for i in range(4, 15)), 20_000]
     assert list(summary.groups[0].pass_at) == shown == list(summary.pass_at)
     correct = sum(outcomes)
     assert summary.pass_at[2] == pytest.approx(pass_at_k(20_000, correct, 2)) and summary.pass_at[20_000] == 1.0
@@ -162,3 +162,39 @@ def test_the_summary_of_rewards_near_the_largest_float_is_finite() -> None:
     assert [g.reward_std for g in summary.groups] == [0.0, 0.0]
     spread = summarize_groups([{**big[0], "total_reward": 1.5e308}, big[1]])
     assert spread.mean_reward == 0.0 and spread.groups[0].reward_std == 1.5e308
+
+
+def test_every_k_up_to_ten_is_shown_then_powers_of_two() -> None:
+    """Above R = 10 pass@3, 5, 6, 7, 9 and 10 were left out of every example's numbers."""
+    summary = summarize_groups([*_group("seed-0", [0] * 11 + [1]), *_group("seed-1", [1] * 9)])
+    assert list(summary.groups[0].pass_at) == [*range(1, 11), 12]
+    assert list(summary.groups[1].pass_at) == list(range(1, 10)) == list(summary.pass_at)
+
+
+def _written(path: Path, records: list[dict[str, object]], run_file: str) -> None:
+    path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "reward_components": {}, **r}) + "\n"
+                            for r in records), encoding="utf-8")
+    path.with_name(f"{path.stem}.run.toml").write_text(run_file, encoding="utf-8")
+
+
+def test_a_run_cut_short_says_what_its_run_file_planned(tmp_path: Path) -> None:
+    """A killed run lacks whole examples: its summary gave pass@k over the two played as if they
+    were the run, without a word about the six never played."""
+    out = tmp_path / "c.jsonl"
+    played = [*_group("seed-0", [1, 1]), *_group("seed-1", [1, 0])]
+    _written(out, played, 'env = "frozen_lake"\nepisodes = 8\nrollouts-per-example = 2\n\n[run]\nid = "r"\n')
+    text = finish_run(out)
+    assert text is not None and "cut short: the run planned 8 examples x 2 rollouts" in text
+    assert "2 examples and 4 of 16 rollouts" in text
+    assert json.loads(out.with_name("c.eval.json").read_text())["planned"] == {"examples": 8, "rollouts_per_example": 2}
+    # The whole run says nothing; records of another run than the file's are not measured by it.
+    _written(out, [r for n in range(8) for r in _group(f"seed-{n}", [1, 0])], out.with_name("c.run.toml").read_text())
+    assert "cut short" not in (finish_run(out) or "")
+    _written(out, played, 'env = "frozen_lake"\nepisodes = 8\n\n[run]\nid = "another"\n')
+    assert "cut short" not in (finish_run(out) or "")
+
+
+def test_records_that_repeat_a_pair_are_counted_and_said() -> None:
+    summary = summarize_groups([*_group("seed-0", [1, 0]), *_group("seed-0", [0, 0])])
+    assert summary.repeated == 2 and "2 record(s) repeat an (example, index) pair" in summary.render()
+    assert summarize_groups(_group("seed-0", [1, 0])).repeated == 0

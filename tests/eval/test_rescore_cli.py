@@ -285,3 +285,15 @@ def test_a_torn_last_line_and_a_folder_are_named_for_what_they_are(tmp_path: Pat
     result = envsdk("rescore", "d.jsonl", "--weights", "a=1", cwd=tmp_path)
     assert result.returncode == 2
     assert_one_line_error(result, "d.jsonl", "not a file")
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_a_reward_of_more_digits_than_a_float_holds_is_named_in_one_line(tmp_path: Path, digits: int) -> None:
+    """A 400-digit int raised OverflowError, a 5000-digit one Python's digit limit: tracebacks."""
+    _plain_records(tmp_path / "c.jsonl", 2)
+    lines = (tmp_path / "c.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = lines[1].replace('"total_reward": 0.0', f'"total_reward": {"9" * digits}')
+    (tmp_path / "c.jsonl").write_text("".join(lines), encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "c.jsonl:2")

@@ -314,17 +314,44 @@ def test_resume_refuses_a_dataset_that_changed_since_the_run_began(tmp_path: Pat
     assert envsdk(*args, cwd=tmp_path).returncode == 0
     out = tmp_path / "d.jsonl"
     out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:-1]))
+    with out.open("ab") as handle:
+        handle.write(b'{"torn')  # what a resume repairs, but not a refused one
     before = out.read_bytes()
     original = rows.read_bytes()
     rows.write_bytes(original.replace(b'"seed": 3', b'"seed": 7'))
     refused = envsdk("rollout", "--resume", "--out", "d.jsonl", "--no-progress", cwd=tmp_path)
     assert refused.returncode == 2
-    assert_one_line_error(refused, "rows.jsonl", "changed")
+    assert_one_line_error(refused, "rows.jsonl", "not the file the run began with")
     assert out.read_bytes() == before
     rows.write_bytes(original)  # the rows as they were: the run goes on
     resumed = envsdk("rollout", "--resume", "--out", "d.jsonl", "--no-progress", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(by_pair(out)) == 6
+
+
+def test_resume_without_its_run_file_is_refused_while_records_are_there(workdir: Path, serve: ServeFn) -> None:
+    """Without the run file nothing says which options played the records: continuing their run
+    id under the options given now hid two sets of rules under one run."""
+    url = serve("graded:app", cwd=workdir)
+    assert envsdk(*_rollout_args(url, "n.jsonl"), cwd=workdir).returncode == 0
+    out = workdir / "n.jsonl"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:-1]))
+    (workdir / "n.run.toml").rename(workdir / "kept.toml")
+    before = out.read_bytes()
+    refused = envsdk(*_rollout_args(url, "n.jsonl"), "--resume", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "n.run.toml", "cannot be checked")
+    assert out.read_bytes() == before
+    (workdir / "kept.toml").rename(workdir / "n.run.toml")
+    # A record whose tag names no run is named as such, not as "run None".
+    lines = out.read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    del first["eval"]["run"]
+    out.write_bytes(json.dumps(first).encode() + b"\n" + b"".join(lines[1:]))
+    refused = envsdk(*_rollout_args(url, "n.jsonl"), "--resume", cwd=workdir)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "record 1", "no run id")
+    assert "None" not in refused.stderr
 
 
 def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_path: Path) -> None:

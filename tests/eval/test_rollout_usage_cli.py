@@ -73,6 +73,11 @@ def test_a_run_of_more_rollouts_than_can_be_planned_is_refused_at_once(tmp_path:
     assert result.returncode == 2
     assert_one_line_error(result, "1000000000 rollouts", "1000000", "split")
     assert not (tmp_path / "completions.jsonl").exists()
+    # No group size is not a large run: it said "2000000 x 0 = 2000000 rollouts".
+    result = envsdk("rollout", "--env", "frozen_lake", "--episodes", "2000000", "--rollouts-per-example", "0",
+                    "--no-progress", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, "--rollouts-per-example must be >= 1, got 0")
 
 
 def test_resume_of_a_run_that_is_not_there_says_so(tmp_path: Path) -> None:

@@ -90,3 +90,18 @@ def test_a_bad_run_file_is_one_clear_line_and_exit_2(tmp_path: Path, text: str, 
     assert result.returncode == 2
     assert_one_line_error(result, "bad.toml", *needles)
     assert not (tmp_path / "completions.jsonl").exists()
+
+
+def test_a_run_file_that_overwrites_can_be_resumed_with_itself(tmp_path: Path) -> None:
+    """`overwrite = true` in a run's --config made `--resume --config` refuse "give one of them"."""
+    (tmp_path / "exp.toml").write_text(
+        'env = "frozen_lake"\npolicy = "random"\nepisodes = 3\nmax-turns = 3\nout = "exp.jsonl"\noverwrite = true\n'
+        "no-progress = true\n", encoding="utf-8")
+    assert envsdk("rollout", "--config", "exp.toml", cwd=tmp_path).returncode == 0
+    out = tmp_path / "exp.jsonl"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:-1]))
+    resumed = envsdk("rollout", "--resume", "--config", "exp.toml", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(by_pair(out)) == 3 and max(r["eval"]["attempt"] for r in by_pair(out).values()) == 2
+    both = envsdk("rollout", "--resume", "--overwrite", "--config", "exp.toml", cwd=tmp_path)
+    assert both.returncode == 2  # said on the command line, the two still contradict
