@@ -44,6 +44,7 @@ from envsdk.records import (
     RecordsBusy,
     RecordsWritten,
     check_record,
+    ends_unfinished,
     hold_records,
     jsonl_lines,
     read_jsonl_lines,
@@ -212,11 +213,12 @@ class EvalSummary:
                 f"{'':<16}{self.repeated} record(s) repeat an (example, index) pair another record has: files of several "
                 "runs put together? Each counts in pass@k"
             )
-        short = sum(g.n < max(self.ks) for g in self.groups)
+        largest = max(g.n for g in self.groups)
+        short = sum(g.n < largest for g in self.groups)
         if short:
             lines.append(
                 f"{'':<16}overall pass@k stops at k={max(self.pass_at)}: {short} of {len(self.groups)} examples have fewer "
-                f"than {max(self.ks)} rollouts (a run cut short: `envsdk rollout --resume` completes it)"
+                f"than {largest} rollouts (a run cut short: `envsdk rollout --resume` completes it)"
             )
         if self.unstated:
             lines.append(
@@ -294,7 +296,7 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
     # Only for the k every example reaches: a mean over the groups that have k rollouts would
     # stand for the run while it left out every example a cut-short run played fewer times.
     smallest = min(g.n for g in groups)
-    overall = {k: sum(g.pass_at[k] for g in groups) / len(groups) for k in _ks(max(g.n for g in groups)) if k <= smallest}
+    overall = {k: sum(g.pass_at[k] for g in groups) / len(groups) for k in ks if k <= smallest}
     return EvalSummary(
         groups=groups,
         pass_at=overall,
@@ -483,7 +485,7 @@ def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
                 seen.add(digest)
                 yield whole
 
-    if _ends_torn(aside) or next(new_lines(), None) is not None:
+    if (aside.is_file() and ends_unfinished(aside)) or next(new_lines(), None) is not None:
         write_atomically(aside, itertools.chain(_whole_lines(aside), new_lines()))
 
 
@@ -502,17 +504,6 @@ def _whole_lines(path: Path) -> Iterator[str]:
             if not raw.endswith(b"\n"):
                 return
             yield text_line(raw, f"{path}:{number}", EvalError)
-
-
-def _ends_torn(path: Path) -> bool:
-    """Whether the regular file `path` ends in a line without its newline."""
-    if not path.is_file():
-        return False
-    with path.open("rb") as handle:
-        if handle.seek(0, os.SEEK_END) == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
 
 
 # ---------------------------------------------------------------- the rollout command's hooks
@@ -713,6 +704,9 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     run_id, attempt = secrets.token_hex(8), 1
     notes: list[str] = []
     resuming = bool(args.resume and out is not None and out.is_file())
+    dataset = getattr(args, "dataset", None)
+    # Read once: a resume checks it against the run file's, and the run file keeps it.
+    dataset_digest = _file_digest(dataset) if dataset is not None and out is not None else None
     if out is not None:
         stale = remove_stale_temporaries(out, [out.name, replaced_path(out).name, summary_path(out).name,
                                                run_file_path(out).name])
@@ -727,10 +721,9 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 f"--resume: {out} holds records but {run_file} names no run (it is missing, or has no [run] id): the "
                 "options the records were played with cannot be checked; put the run file back, or start a new --out"
             )
-        dataset = getattr(args, "dataset", None)
         # Before the records are repaired or compacted: a refused resume leaves them as they were.
         began = previous.get(_DATASET_DIGEST)
-        if dataset is not None and isinstance(began, str) and _file_digest(dataset) != began:
+        if dataset_digest is not None and isinstance(began, str) and dataset_digest != began:
             raise EvalError(
                 f"--resume: the dataset {dataset} is not the file the run began with (its SHA-256 differs: edited "
                 "since, or another file by that name; relative paths are read from the folder you run in); resume "
@@ -777,8 +770,8 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         parser = getattr(args, "rollout_parser", None)
         if parser is not None:
             run = {"id": run_id, "attempt": attempt}
-            if getattr(args, "dataset", None) is not None:
-                run[_DATASET_DIGEST] = _file_digest(args.dataset)
+            if dataset_digest is not None:
+                run[_DATASET_DIGEST] = dataset_digest
             write_run_file(run_file_path(out), args, parser, run)
     return RunPlan(run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes)
 

@@ -380,7 +380,7 @@ def read_jsonl_lines(
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             what = f"not JSON ({exc.msg}: column {exc.colno})"
-            if next(lines, None) is None and _ends_unfinished(source, stop):
+            if next(lines, None) is None and ends_unfinished(source, stop):
                 what = f"the last line is cut off mid-record, {what}: what wrote it was stopped, or still writes"
             raise error(f"{where}: {what}{hint}") from None
         except ValueError as exc:  # a number of more digits than Python converts
@@ -388,8 +388,8 @@ def read_jsonl_lines(
         yield where, line, value
 
 
-def _ends_unfinished(path: Path, stop: int | None) -> bool:
-    """Whether the file (its first `stop` bytes) ends in a line without its newline."""
+def ends_unfinished(path: Path, stop: int | None = None) -> bool:
+    """Whether the regular file `path` (its first `stop` bytes) ends in a line without its newline."""
     with path.open("rb") as handle:
         end = handle.seek(0, os.SEEK_END) if stop is None else stop
         if end == 0:
