@@ -47,6 +47,7 @@ from envsdk.records import (
     ends_unfinished,
     hold_records,
     jsonl_lines,
+    mean_and_std,
     read_jsonl_lines,
     record_line,
     rehold,
@@ -291,7 +292,7 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
         members.sort()
         rewards = [r for _, r, _ in members]
         n, correct = len(members), sum(s for _, _, s in members)
-        mean, std = _mean_and_std(rewards)
+        mean, std = mean_and_std(rewards)
         groups.append(GroupStats(example, n, correct, mean, std, {k: pass_at_k(n, correct, k) for k in ks if k <= n}))
     # Only for the k every example reaches: a mean over the groups that have k rollouts would
     # stand for the run while it left out every example a cut-short run played fewer times.
@@ -338,17 +339,6 @@ def planned_run(out: str | Path) -> PlannedRun | None:
     else:
         examples = document.get("episodes", 1)
     return PlannedRun(run, examples, rollouts) if isinstance(examples, int) else None
-
-
-def _mean_and_std(values: list[float]) -> tuple[float, float]:
-    """Mean and population standard deviation of finite `values`, finite however large they are
-    (a sum of rewards near the largest float overflowed to infinity): taken over the values
-    scaled by the largest magnitude, then scaled back."""
-    scale = max(map(abs, values)) or 1.0
-    scaled = [v / scale for v in values]
-    mean = math.fsum(scaled) / len(scaled)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / len(scaled))
-    return mean * scale, std * scale
 
 
 # ---------------------------------------------------------------- reading and repairing records

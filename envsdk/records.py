@@ -71,7 +71,7 @@ from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
-    "RecordError", "check_record", "quantile", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
+    "RecordError", "check_record", "quantile", "mean_and_std", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
     "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path",
 ]
 
@@ -201,6 +201,17 @@ def quantile(values: Sequence[float], q: float) -> float:
     reward has a 0/1 p90, never an interpolated 0.5."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation of non-empty finite `values`, finite however large
+    they are (a sum of rewards near the largest float overflows to infinity): taken over the
+    values scaled by the largest magnitude, then scaled back."""
+    scale = max(map(abs, values)) or 1.0
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / len(scaled)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / len(scaled))
+    return mean * scale, std * scale
 
 
 def success_text(successes: int, stated: int, episodes: int) -> str:

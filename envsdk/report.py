@@ -33,10 +33,10 @@ import html
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 from envsdk.evaluate import (
@@ -46,7 +46,14 @@ from envsdk.evaluate import (
     read_records,
     summarize_groups,
 )
-from envsdk.records import RecordError, check_record, quantile, read_jsonl, success_text
+from envsdk.records import (
+    RecordError,
+    check_record,
+    mean_and_std,
+    quantile,
+    read_jsonl,
+    success_text,
+)
 
 __all__ = [
     "ReportError",
@@ -153,7 +160,35 @@ def _bins(values: Sequence[float]) -> int:
     return max(5, min(30, int(math.sqrt(len(values))) * 2))
 
 
-def _histogram(ax: Any, values: Sequence[float], title: str, color: str) -> None:
+#: Past this magnitude a plot's range (its largest value less its smallest, and the margin
+#: matplotlib adds to it) can overflow, and no plot is drawn.
+_PLOT_LIMIT = 1e300
+
+
+def _unit(values: Iterable[float]) -> tuple[float, str]:
+    """What to divide `values` by to plot them, and the title's note of it: 1 and nothing, or a
+    power of ten when they reach near the largest float (a reward of 1.7e308 and one of -1.7e308)."""
+    largest = max(map(abs, values), default=0.0)
+    if largest < _PLOT_LIMIT:
+        return 1.0, ""
+    exponent = math.floor(math.log10(largest))
+    return 10.0**exponent, f" (× 1e{exponent})"
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean of non-empty `values`, finite however large they are."""
+    return mean_and_std(values)[0]
+
+
+def _fixed(value: float, places: int = 3) -> str:
+    """`value` with `places` decimals, or in exponent form from a million on (not 309 digits)."""
+    return f"{value:.{places}f}" if abs(value) < 1e6 else f"{value:.{places}g}"
+
+
+def _histogram(ax: Any, given: Sequence[float], title: str, color: str) -> None:
+    mean = _mean(given)
+    unit, note = _unit(given)
+    values = [v / unit for v in given] if unit != 1.0 else given
     if min(values) == max(values):
         # One value: one bar over it and one tick at it, not matplotlib's fractional spread.
         only = values[0]
@@ -164,9 +199,8 @@ def _histogram(ax: Any, values: Sequence[float], title: str, color: str) -> None
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # episode counts
-    mean = fmean(values)
-    ax.axvline(mean, color="#1d2330", linestyle="--", linewidth=1)
-    ax.set_title(f"{title}\nmean {mean:.3f}, n={len(values)}", fontsize=10)
+    ax.axvline(mean / unit, color="#1d2330", linestyle="--", linewidth=1)
+    ax.set_title(f"{title}{note}\nmean {_fixed(mean)}, n={len(values)}", fontsize=10)
     ax.set_ylabel("episodes")
     ax.grid(axis="y", alpha=0.3)
 
@@ -207,7 +241,7 @@ def episodes_figure(episodes: list[Episode]) -> Any:
     turns = [e.turns for e in episodes]
     edges = [t - 0.5 for t in range(min(turns), max(turns) + 2)]
     turns_ax.hist(turns, bins=edges if len(edges) <= 61 else _bins(turns), color="#d98b2b", edgecolor="white")
-    turns_ax.set_title(f"turns per episode — mean {fmean(turns):.2f}", fontsize=10)
+    turns_ax.set_title(f"turns per episode — mean {sum(turns) / len(turns):.2f}", fontsize=10)
     turns_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     turns_ax.set_xlabel("turns")
     turns_ax.set_ylabel("episodes")
@@ -234,23 +268,28 @@ def training_figure(episodes: list[Episode], names: list[str]) -> Any:
     fig = _figure(6.4, 2.8 * panels)
     axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     totals = [[e.total_reward for e in by_step[s]] for s in steps]
-    axes[0].plot(steps, [fmean(t) for t in totals], color="#2f6fde", marker="o", markersize=3, label="mean")
-    axes[0].fill_between(steps, [min(t) for t in totals], [max(t) for t in totals], color="#2f6fde", alpha=0.15, label="min–max")
+    unit, note = _unit(e.total_reward for e in episodes)
+    axes[0].plot(steps, [_mean(t) / unit for t in totals], color="#2f6fde", marker="o", markersize=3, label="mean")
+    axes[0].fill_between(
+        steps, [min(t) / unit for t in totals], [max(t) / unit for t in totals], color="#2f6fde", alpha=0.15, label="min–max"
+    )
     axes[0].set_title(
-        "total reward per training step" + (" (the reward is success, 0/1: mean = success rate)" if reward_is_success else ""),
+        f"total reward per training step{note}"
+        + (" (the reward is success, 0/1: mean = success rate)" if reward_is_success else ""),
         fontsize=10,
     )
     axes[0].legend(fontsize=8)
     if success_curve:
-        rated = [(s, fmean(stated)) for s in steps if (stated := [float(e.success) for e in by_step[s] if e.success is not None])]
+        rated = [(s, sum(stated) / len(stated)) for s in steps if (stated := [float(e.success) for e in by_step[s] if e.success is not None])]
         axes[1].plot([p[0] for p in rated], [p[1] for p in rated], color="#12805c", marker="o", markersize=3)
         axes[1].set_ylim(-0.05, 1.05)
         axes[1].set_title("success rate per training step (episodes that state it)", fontsize=10)
     if names:
+        unit, note = _unit(chain.from_iterable(e.components.values() for e in episodes))
         for name in names:
-            points = [(s, fmean(vals)) for s in steps if (vals := [e.components[name] for e in by_step[s] if name in e.components])]
-            axes[-1].plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=name)
-        axes[-1].set_title("mean components per training step", fontsize=10)
+            points = [(s, _mean(vals)) for s in steps if (vals := [e.components[name] for e in by_step[s] if name in e.components])]
+            axes[-1].plot([p[0] for p in points], [p[1] / unit for p in points], marker="o", markersize=3, label=name)
+        axes[-1].set_title(f"mean components per training step{note}", fontsize=10)
         axes[-1].legend(fontsize=8, ncol=2)
     axes[-1].set_xlabel("training step")
     # Steps are counted, not measured: whole ticks (each step's own while there are few).
@@ -302,8 +341,8 @@ def _html(
     rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
     rows.append(("turns", [float(e.turns) for e in episodes]))
     table = "\n".join(
-        f"<tr><td>{html.escape(name)}</td><td>{fmean(v):.3f}</td><td>{quantile(v, 0.5):.3f}</td>"
-        f"<td>{quantile(v, 0.9):.3f}</td><td>{min(v):.3f}</td><td>{max(v):.3f}</td><td>{len(v)}</td></tr>"
+        f"<tr><td>{html.escape(name)}</td><td>{_fixed(_mean(v))}</td><td>{_fixed(quantile(v, 0.5))}</td>"
+        f"<td>{_fixed(quantile(v, 0.9))}</td><td>{_fixed(min(v))}</td><td>{_fixed(max(v))}</td><td>{len(v)}</td></tr>"
         for name, v in rows
     )
     captions = {
@@ -400,19 +439,19 @@ def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
         rates.append(rate)
         rate_errors.append(math.sqrt(rate * (1 - rate) / len(stated)) if stated else 0.0)
         rate_labels.append(f"{rate:.2f}" if stated else "n/a")
-        n = len(episodes)
-        rewards = [e.total_reward for e in episodes]
-        mean = fmean(rewards)
+        mean, std = mean_and_std([e.total_reward for e in episodes])
         means.append(mean)
-        mean_errors.append(math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1) / n))
+        # One standard error: the sample deviation (n - 1) over the square root of n.
+        mean_errors.append(std / math.sqrt(max(len(episodes) - 1, 1)))
     colors = ["#8a99b3", "#2f6fde", "#12805c", "#d98b2b", "#8a6fd1"]
     rate_title = "success rate (± 1 s.e.), stated in " + ", ".join(
         f"{k}/{len(e)}" for k, (_, e) in zip(stated_counts, labelled, strict=True)
     )
-    reward_title = "mean total reward (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in labelled)
+    unit, note = _unit(means + mean_errors)
+    reward_title = f"mean total reward{note} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in labelled)
     for ax, values, errors, texts, title in (
         (rate_ax, rates, rate_errors, rate_labels, rate_title),
-        (reward_ax, means, mean_errors, [f"{v:.2f}" for v in means], reward_title),
+        (reward_ax, [m / unit for m in means], [e / unit for e in mean_errors], [_fixed(v, 2) for v in means], reward_title),
     ):
         palette = [colors[i % len(colors)] for i in range(len(labels))]
         bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)

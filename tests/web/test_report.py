@@ -138,3 +138,35 @@ def test_plots_give_the_success_rate_over_the_episodes_that_state_it(tmp_path: P
     # The bar of a file that states nothing is not drawn as a 0% bar.
     assert [bar.get_height() for bar in rate_ax.patches] == [0.0, 0.5]
     assert rate_ax.get_title().endswith("stated in 0/2, 2/4")
+
+
+def _rewarded(path: Path, rewards: list[float], **extra: object) -> Path:
+    """FrozenLake-shaped records with these total rewards (and `extra` fields on each)."""
+    records = [{**_stated(i, None), "total_reward": r, **extra} for i, r in enumerate(rewards)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.mark.timeout(90)
+def test_rewards_near_the_largest_float_are_plotted_in_scaled_units(tmp_path: Path) -> None:
+    """A reward range wider than any float (1.7e308 and -1.7e308) broke every plot (numpy found
+    no finite bins, matplotlib's axis limits overflowed), and a mean of two such rewards
+    overflowed: the page and each plot are drawn, in units of 1e308 where needed."""
+    from envsdk.report import comparison_figure
+
+    huge = [1.7e308, -1.7e308, 1.7e308, 1.7e308]
+    rewards = _rewarded(tmp_path / "huge.jsonl", huge)
+    report = write_report(rewards)
+    for name in ("total_reward", "episodes"):
+        _check_png(report.plots[name])
+    page = report.html.read_text(encoding="utf-8")
+    # The mean is finite (8.5e307), not inf or an OverflowError.
+    assert "<td>total_reward</td><td>8.5e+307</td>" in page
+    steps = [_rewarded(tmp_path / f"t{s}.jsonl", huge, global_step=s) for s in range(2)]
+    training = tmp_path / "training.jsonl"
+    training.write_text("".join(p.read_text(encoding="utf-8") for p in steps), encoding="utf-8")
+    _check_png(write_report(training).plots["training"])
+    small = load_episodes(_rewarded(tmp_path / "small.jsonl", [0.0, 1.0]))
+    reward_ax = comparison_figure([("huge", load_episodes(rewards)), ("small", small)]).axes[1]
+    assert "(× 1e307)" in reward_ax.get_title()
+    assert [t.get_text() for t in reward_ax.texts] == ["8.5e+307", "0.50"]
