@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import IO, Any, NamedTuple, Protocol
 
 from envsdk._process import sigterm_interrupts
 from envsdk.env import RolloutRequest
@@ -350,34 +350,54 @@ def recover_torn_tail(path: Path) -> int:
     if not path.is_file():
         return 0
     with path.open("rb+") as handle:
+        tail = _unfinished_tail(handle)
+        if tail is None:
+            return 0
+        start, whole = tail
         size = handle.seek(0, os.SEEK_END)
-        if size == 0:
+        if whole:
+            handle.write(b"\n")
             return 0
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return 0
-        # Read back at most one record's worth from the end to find the last newline.
-        window = min(size, 1 << 20)
-        while True:
-            handle.seek(size - window)
-            chunk = handle.read(window)
-            cut = chunk.rfind(b"\n")
-            if cut >= 0 or window == size:
-                break
-            window = min(size, window * 2)
-        start = size - window + cut + 1 if cut >= 0 else 0
-        handle.seek(start)
-        tail = handle.read()
-        try:
-            json.loads(tail)
-        except ValueError:
-            handle.truncate(start)
-            handle.flush()
-            os.fsync(handle.fileno())
-            return size - start
-        handle.seek(size)
-        handle.write(b"\n")
-        return 0
+        handle.truncate(start)
+        handle.flush()
+        os.fsync(handle.fileno())
+        return size - start
+
+
+def torn_start(path: Path) -> int | None:
+    """Where the torn last line of `path` starts (what `recover_torn_tail` would cut), or None."""
+    if not path.is_file():
+        return None
+    with path.open("rb") as handle:
+        tail = _unfinished_tail(handle)
+    return tail[0] if tail is not None and not tail[1] else None
+
+
+def _unfinished_tail(handle: IO[bytes]) -> tuple[int, bool] | None:
+    """Where the last line of the open file starts and whether it is a whole JSON value, when it
+    lacks its newline; None when the file is empty or ends in one."""
+    size = handle.seek(0, os.SEEK_END)
+    if size == 0:
+        return None
+    handle.seek(size - 1)
+    if handle.read(1) == b"\n":
+        return None
+    # Read back at most one record's worth from the end to find the last newline.
+    window = min(size, 1 << 20)
+    while True:
+        handle.seek(size - window)
+        chunk = handle.read(window)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0 or window == size:
+            break
+        window = min(size, window * 2)
+    start = size - window + cut + 1 if cut >= 0 else 0
+    handle.seek(start)
+    try:
+        json.loads(handle.read())
+    except ValueError:
+        return start, False
+    return start, True
 
 
 def read_records(path: str | Path, *, stop: int | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -407,21 +427,22 @@ class _Compacted(NamedTuple):
     moved: int  # the records moved aside
     run: str | None  # the run that wrote the records (None: there are none)
     attempt: int  # the latest attempt that wrote one (0: none)
+    cut: int  # the bytes of a torn last line cut off
 
 
 def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
-    """Keep one record per (example, index) that did not end in an error; move the others to
-    ``<stem>.replaced.jsonl``. `run`: the run the records must all come from (that of
-    `run_file`), or None for that of the first record.
+    """Cut a torn last line (`recover_torn_tail`), keep one record per (example, index) that did
+    not end in an error and move the others to ``<stem>.replaced.jsonl``. `run`: the run the
+    records must all come from (that of `run_file`), or None for that of the first record.
 
-    Raises `EvalError`, before anything is moved, for a record of another run: a file copied
-    over this one, or written through another name, holds pairs this run never played.
+    Raises `EvalError`, before anything is cut or moved, for a record of another run: a file
+    copied over this one, or written through another name, holds pairs this run never played.
     The file is read once to decide, keeping one flag per record, and read again to write each
     part: never held whole (nor as parsed records), as it may be larger than the memory."""
     keep: list[bool] = []
     done: set[tuple[str, int]] = set()
     attempt = 0
-    for number, (_, record) in enumerate(iter_records(path), start=1):
+    for number, (_, record) in enumerate(iter_records(path, stop=torn_start(path)), start=1):
         key = example_of(record)
         tag = record.get(EVAL_KEY)
         if not isinstance(tag, dict):
@@ -446,6 +467,7 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
         if kept:
             done.add(key)
         keep.append(kept)
+    cut = recover_torn_tail(path)
     moved = keep.count(False)
     if moved:
         def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
@@ -453,7 +475,7 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
 
         _put_aside(replaced_path(path), lambda: lines(False))
         write_atomically(path, lines(True))
-    return _Compacted(done, moved, run, attempt)
+    return _Compacted(done, moved, run, attempt, cut)
 
 
 def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
@@ -719,10 +741,9 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 "since, or another file by that name; relative paths are read from the folder you run in); resume "
                 "with the rows as they were, or start a new --out"
             )
-        cut = recover_torn_tail(out)
-        if cut:
-            notes.append(f"cut a torn last line ({cut} bytes) off {out}")
         compacted = _compact(out, named, run_file)
+        if compacted.cut:
+            notes.append(f"cut a torn last line ({compacted.cut} bytes) off {out}")
         rehold(out)  # a compaction renamed a new file over it: lock that one too
         done, moved = compacted.done, compacted.moved
         if moved:

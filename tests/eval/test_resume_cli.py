@@ -286,7 +286,8 @@ def test_resume_refuses_a_file_holding_another_runs_records(workdir: Path, serve
     mine, theirs = records(workdir / "mine.jsonl"), records(workdir / "theirs.jsonl")
     other_run = theirs[0]["eval"]["run"]
     assert other_run != mine[0]["eval"]["run"]
-    (workdir / "mine.jsonl").write_bytes((workdir / "theirs.jsonl").read_bytes())
+    # With a torn last line too, which a resume repairs, but not one that is refused.
+    (workdir / "mine.jsonl").write_bytes((workdir / "theirs.jsonl").read_bytes() + b'{"torn')
     before = (workdir / "mine.jsonl").read_bytes()
     refused = envsdk("rollout", "--resume", "--out", "mine.jsonl", "--no-progress", cwd=workdir)
     assert refused.returncode == 2
