@@ -152,6 +152,12 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a file name in another encoding, as Python reads it
+            raise RunFileError(
+                f"{value!r} is not UTF-8 text, and a run file (TOML) holds only text: rename it"
+            ) from None
         # A JSON string is a TOML basic string: the same escapes.
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
@@ -189,7 +195,11 @@ def write_run_file(
         if isinstance(value, dict) and _has_none(value):
             # TOML has no null: such a table goes in as the JSON text the option also accepts.
             value = json.dumps(value)
-        lines.append(f"{dest.replace('_', '-')} = {_toml_value(value)}")
+        option = dest.replace("_", "-")
+        try:
+            lines.append(f"{option} = {_toml_value(value)}")
+        except RunFileError as exc:
+            raise RunFileError(f"--{option}: {exc}") from None
     lines += ["", f"[{RUN_TABLE}]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,13 @@ def test_a_run_file_that_overwrites_can_be_resumed_with_itself(tmp_path: Path) -
     assert len(by_pair(out)) == 3 and max(r["eval"]["attempt"] for r in by_pair(out).values()) == 2
     both = envsdk("rollout", "--resume", "--overwrite", "--config", "exp.toml", cwd=tmp_path)
     assert both.returncode == 2  # said on the command line, the two still contradict
+
+
+def test_a_file_name_that_is_not_utf8_is_named_before_anything_is_written(tmp_path: Path) -> None:
+    """A run file is TOML, which holds only text: an --out whose name is not UTF-8 (b'\\xff')
+    failed with the codec's words, naming neither the option nor the file."""
+    name = os.fsdecode(b"\xff.jsonl")
+    refused = envsdk("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--no-progress",
+                     "--out", name, cwd=tmp_path)
+    assert_one_line_error(refused, "--out", "not UTF-8")
+    assert os.listdir(tmp_path) == []
