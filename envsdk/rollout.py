@@ -884,6 +884,12 @@ def _check_local_config(batch: Batch, where: str) -> None:
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     for url in args.base_url or []:
         check_base_url(url)
+    # Here, before --out is held, cut (--overwrite) or its run file written: not where the value
+    # is used, once the records of the run it replaces or continues are gone or changed.
+    for flag, value in (("--concurrency", args.concurrency), ("--max-turns", args.max_turns),
+                        ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.formatter is not None:
         from envsdk.formats import formatters
 

@@ -149,3 +149,28 @@ def test_records_files_sharing_a_stem_do_not_take_over_each_others_run(tmp_path:
     assert resumed.returncode == 2
     assert_one_line_error(resumed, "c.run.toml is the run file of", "c.json", "not of q/c.jsonl")
     assert (tmp_path / "q" / "c.run.toml").read_bytes() == run_file and not (tmp_path / "q" / "c.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-turns", "0"), ("--concurrency", "0"), ("--concurrency", "-3"), ("--max-tokens", "0")]
+)
+def test_an_option_out_of_range_changes_nothing_it_is_refused_at_once(tmp_path: Path, flag: str, value: str) -> None:
+    """Ranges were checked when the scheduler was made, after --overwrite had cut the records and
+    the run file was rewritten: a refused command wiped the earlier run, and a refused --resume
+    left the bad value in the run file, where every later --resume met it again."""
+    command = ("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "4", "--max-turns", "8",
+               "--no-progress", "--out", "c.jsonl")
+    assert envsdk(*command, cwd=tmp_path).returncode == 0
+    out, run_file = tmp_path / "c.jsonl", tmp_path / "c.run.toml"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:2]))  # as if stopped
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    # (A resume that changes what the run plays, --max-turns, is refused for that before the range.)
+    for attempt in ([*command, "--overwrite", flag, value], ["rollout", "--resume", "--out", "c.jsonl", flag, value]):
+        refused = envsdk(*attempt, cwd=tmp_path)
+        assert refused.returncode == 2
+        assert_one_line_error(refused, flag, value)
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert_one_line_error(envsdk(*command, "--overwrite", flag, value, cwd=tmp_path), f"{flag} must be >= 1, got {value}")
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(by_pair(out)) == 4 and run_file.is_file()
