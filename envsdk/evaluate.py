@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -59,11 +60,12 @@ from envsdk.records import (
 from envsdk.runfile import (
     RUN_TABLE,
     RunFileError,
+    options_digest,
     options_from,
     parse_with,
     read_run_file,
     run_file_path,
-    write_run_file,
+    run_file_text,
     written_options,
 )
 
@@ -319,26 +321,20 @@ class PlannedRun(NamedTuple):
 
 
 def planned_run(out: str | Path) -> PlannedRun | None:
-    """What the run file beside `out` planned, or None when that is not known: no run file, one
-    without an id, or a dataset that is no longer where it says (its rows are counted)."""
+    """What the run file beside `out` planned, or None when that is not known: no run file, or
+    one without an id or without the examples and rollouts its run planned."""
     run_file = run_file_path(out)
     try:
         document = read_run_file(run_file) if run_file.is_file() else {}
     except RunFileError:
         return None
-    run, rollouts = document.get(RUN_TABLE, {}).get("id"), document.get("rollouts-per-example", 1)
-    if not isinstance(run, str) or not isinstance(rollouts, int):
+    table = document.get(RUN_TABLE)
+    if not isinstance(table, dict):
         return None
-    dataset = document.get("dataset")
-    if isinstance(dataset, str):
-        try:
-            with Path(dataset).open("rb") as rows:
-                examples = sum(1 for line in rows if line.strip())
-        except OSError:
-            return None
-    else:
-        examples = document.get("episodes", 1)
-    return PlannedRun(run, examples, rollouts) if isinstance(examples, int) else None
+    run, examples, rollouts = table.get("id"), table.get("examples"), table.get("rollouts")
+    if isinstance(run, str) and isinstance(examples, int) and isinstance(rollouts, int):
+        return PlannedRun(run, examples, rollouts)
+    return None
 
 
 # ---------------------------------------------------------------- reading and repairing records
@@ -538,6 +534,21 @@ class RunPlan:
     to_play: int = 0
     append: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The records file, and the run file to write beside it (`write_run_file`).
+    out: Path | None = None
+    run_file_text: str | None = None
+
+    def write_run_file(self) -> None:
+        """Write the run file beside the records and, starting a run, remove the summary of the
+        run it replaces. Called once the run is sure to start (after its pre-flight): a command
+        refused before then leaves the run it would replace or continue as it was."""
+        if self.out is None or self.run_file_text is None:
+            return
+        path = run_file_path(self.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.append:
+            summary_path(self.out).unlink(missing_ok=True)
+        write_atomically(path, self.run_file_text)
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -664,6 +675,8 @@ def _other_records(out: Path) -> Path | None:
 
 #: The run table's key for the SHA-256 of the ``--dataset`` file the run began with.
 _DATASET_DIGEST = "dataset_sha256"
+# The run table's digest of the options that say what the run plays (`options_digest`).
+_OPTIONS_DIGEST = "options_sha256"
 
 
 def _file_digest(path: str | Path) -> str:
@@ -724,9 +737,11 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                                                run_file_path(out).name])
         if stale:
             notes.append(f"removed {stale} temporary file(s) beside {out} left by a run killed while it wrote")
+    parser = getattr(args, "rollout_parser", None)
     if resuming and out is not None:
         run_file = run_file_path(out)
-        previous = read_run_file(run_file).get(RUN_TABLE, {}) if run_file.is_file() else {}
+        document = read_run_file(run_file) if run_file.is_file() else {}
+        previous = document.get(RUN_TABLE, {})
         named = previous.get("id") if isinstance(previous.get("id"), str) else None
         if named is None and _holds_records(out):
             raise EvalError(
@@ -741,6 +756,19 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 "since, or another file by that name; relative paths are read from the folder you run in); resume "
                 "with the rows as they were, or start a new --out"
             )
+        began_with = previous.get(_OPTIONS_DIGEST)
+        if isinstance(began_with, str) and parser is not None:
+            try:
+                now = options_digest(options_from(document, parser, str(run_file)), parser, _CHANGEABLE_ON_RESUME)
+            except RunFileError as exc:
+                raise EvalError(str(exc)) from None
+            if now != began_with:
+                raise EvalError(
+                    f"--resume: {run_file} was edited since the run began: the options that say what it plays are not "
+                    "those its records were played with (only how it runs may change: "
+                    f"{', '.join('--' + o.replace('_', '-') for o in sorted(_CHANGEABLE_ON_RESUME))}); put them back, "
+                    "or start a new --out"
+                )
         compacted = _compact(out, named, run_file)
         if compacted.cut:
             notes.append(f"cut a torn last line ({compacted.cut} bytes) off {out}")
@@ -777,14 +805,18 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 notes.append(f"--tokens: the {type(policy).__name__} policy gives no token ids; its records have none")
     for note in notes:
         print(f"envsdk rollout: {note}", file=sys.stderr)
-    if out is not None:
-        parser = getattr(args, "rollout_parser", None)
-        if parser is not None:
-            run = {"id": run_id, "attempt": attempt}
-            if dataset_digest is not None:
-                run[_DATASET_DIGEST] = dataset_digest
-            write_run_file(run_file_path(out), args, parser, run)
-    return RunPlan(run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes)
+    text = None
+    if out is not None and parser is not None:
+        # Made here, so that a value a run file cannot hold is refused before anything plays;
+        # written by `RunPlan.write_run_file`.
+        run: dict[str, Any] = {"id": run_id, "attempt": attempt, "examples": examples, "rollouts": rollouts}
+        if dataset_digest is not None:
+            run[_DATASET_DIGEST] = dataset_digest
+        run[_OPTIONS_DIGEST] = options_digest(vars(args), parser, _CHANGEABLE_ON_RESUME)
+        text = run_file_text(args, parser, run)
+    return RunPlan(
+        run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes, out=out, run_file_text=text
+    )
 
 
 def summary_path(out: str | Path) -> Path:
@@ -880,12 +912,13 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
     otherwise it stays what the record stated: a reward is not a verdict (a lost game with a
     positive shaped reward is still lost). The previous values go into ``rescored_from``."""
     try:
-        result = score(copy.deepcopy(record))
-    except Exception as exc:  # the user's function: any failure is reported, in one line
+        # What the user's function prints goes to stderr: stdout is the pass@k table's.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = score(copy.deepcopy(record))
+    except (Exception, SystemExit) as exc:  # the user's function: any failure is reported, in one line
         name = getattr(score, "__qualname__", repr(score))
-        raise ScoreFailedError(
-            f"the score {name} raised {type(exc).__name__}: {exc} on record {record.get('uuid')}"
-        ) from exc
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+        raise ScoreFailedError(f"the score {name} {what} on record {record.get('uuid')}") from exc
     try:
         reward, success = _reward_of(record, result)
     except OverflowError:  # an int beyond any float
@@ -909,7 +942,11 @@ def _reward_of(record: dict[str, Any], result: Any) -> tuple[float, bool | None]
         reward, success = float(result), _stated(record)
     elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
         reward = float(result["reward"])
-        success = bool(result["success"]) if "success" in result else _stated(record)
+        success = result["success"] if "success" in result else _stated(record)
+        if success is not None and not isinstance(success, bool):
+            raise EvalError(
+                f"the score for record {record.get('uuid')} returned success {success!r}; expected true, false or None"
+            )
     else:
         raise EvalError(
             f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "

@@ -302,6 +302,10 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
         )
     if _number(record.get("total_reward")) is None:
         raise RecordError(f"{where}: no numeric 'total_reward'")
+    success = record.get("success")
+    if success is not None and not isinstance(success, bool):
+        # Counted as it reads ("false" is true to Python), it made a failed episode a pass.
+        raise RecordError(f"{where}: 'success' must be true, false or null, got {json.dumps(success)[:80]}")
     components = record.get("reward_components")
     if not isinstance(components, dict) or any(
         not isinstance(c, dict) or "value" not in c or not isinstance(c.get("steps"), list)
@@ -396,6 +400,8 @@ def read_jsonl_lines(
             raise error(f"{where}: {what}{hint}") from None
         except ValueError as exc:  # a number of more digits than Python converts
             raise error(f"{where}: not a record this envsdk reads ({' '.join(str(exc).split())[:200]})") from None
+        except RecursionError:  # arrays or objects nested deeper than the parser goes
+            raise error(f"{where}: not a record this envsdk reads (JSON nested too deep)") from None
         yield where, line, value
 
 

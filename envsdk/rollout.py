@@ -1135,6 +1135,15 @@ def _rollout_command(args: argparse.Namespace, hold: contextlib.ExitStack, stop:
         return stop.status
 
 
+def _cannot_write(args: argparse.Namespace, exc: OSError) -> int:
+    """Say that a file beside --out (the run file) cannot be written: a folder that cannot be
+    made is a usage error. Returns the exit status."""
+    where = f"cannot write --out {args.out} there" if getattr(args, "out", None) else "cannot use a file"
+    named = f": {exc.filename}" if exc.filename else ""
+    print(f"envsdk rollout: error: {where}: {exc.strerror}{named}", file=sys.stderr)
+    return 2
+
+
 def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> int:
     from envsdk.preflight import PreflightError
     from envsdk.registry import PluginLoadError, load_plugins
@@ -1158,11 +1167,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:
-        # Planning writes the run file beside --out: a folder that cannot be made is a usage error.
-        where = f"cannot write --out {args.out} there" if getattr(args, "out", None) else "cannot use a file"
-        named = f": {exc.filename}" if exc.filename else ""
-        print(f"envsdk rollout: error: {where}: {exc.strerror}{named}", file=sys.stderr)
-        return 2
+        return _cannot_write(args, exc)
     if plan.to_play == 0:
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
         print(finish_run(args.out))
@@ -1172,6 +1177,10 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except PreflightError as exc:
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
+    try:
+        plan.write_run_file()
+    except OSError as exc:
+        return _cannot_write(args, exc)
     with_messages = sum(1 for b in batches for r in b.requests if r.messages)
     if with_messages:
         print(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "options_from", "parse_with", "written_options",
-    "write_run_file",
+    "write_run_file", "run_file_text", "options_digest",
 ]
 
 #: The table of a written run file that names the run; it is not an option.
@@ -177,13 +178,18 @@ def _has_none(value: Any) -> bool:
     return False
 
 
-def write_run_file(
-    path: str | Path, args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]
-) -> Path:
-    """Write every option of `parser` as resolved in `args` (unset ones left out: TOML has no
-    null; ``overwrite`` and the API key never written) and the `run` table to `path`, atomically
-    (a reader sees the old file or the new one)."""
-    target = Path(path)
+def _written(value: Any) -> Any:
+    """`value` as a run file holds it: TOML has no null, so a table holding one goes in as the
+    JSON text the option also accepts."""
+    if isinstance(value, dict) and _has_none(value):
+        return json.dumps(value)
+    return value
+
+
+def run_file_text(args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]) -> str:
+    """The run file of every option of `parser` as resolved in `args` (unset ones left out: TOML
+    has no null; ``overwrite`` and the API key never written) and the `run` table. `RunFileError`
+    names an option whose value a run file cannot hold."""
     lines = ["# The resolved `envsdk rollout` options of this run; `envsdk rollout --config FILE` repeats it.", ""]
     for dest in _options(parser):
         value = getattr(args, dest, None)
@@ -192,16 +198,34 @@ def write_run_file(
             continue
         if value is None or dest in _NOT_WRITTEN:
             continue
-        if isinstance(value, dict) and _has_none(value):
-            # TOML has no null: such a table goes in as the JSON text the option also accepts.
-            value = json.dumps(value)
         option = dest.replace("_", "-")
         try:
-            lines.append(f"{option} = {_toml_value(value)}")
+            lines.append(f"{option} = {_toml_value(_written(value))}")
         except RunFileError as exc:
             raise RunFileError(f"--{option}: {exc}") from None
     lines += ["", f"[{RUN_TABLE}]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_run_file(
+    path: str | Path, args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]
+) -> Path:
+    """Write `run_file_text` to `path`, atomically (a reader sees the old file or the new one)."""
+    target = Path(path)
+    text = run_file_text(args, parser, run)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(target, "\n".join(lines) + "\n")
+    write_atomically(target, text)
     return target
+
+
+def options_digest(values: Mapping[str, Any], parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> str:
+    """The SHA-256 of the options in `values` (destination -> value: a namespace's, or
+    `options_from`'s of a run file) that a run file writes, but those in `skip`, as it writes
+    them: a run keeps it, so that a hand-edited run file is told from the one it wrote."""
+    lines = sorted(
+        f"{dest} = {_toml_value(_written(values[dest]))}"
+        for dest in written_options(parser)
+        if dest not in skip and values.get(dest) is not None
+    )
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()

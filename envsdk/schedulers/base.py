@@ -231,7 +231,9 @@ class MultiTurnScheduler(abc.ABC):
             except Exception as exc:  # a failed close must not hide how the episode ended
                 trajectory.rollout_infos["close_error"] = f"{type(exc).__name__}: {exc}"
                 logger.warning("closing trajectory %s failed: %r", trajectory.uuid, exc)
-            trajectory.success = self.is_success(trajectory)
+            # A record states true, false or null: an `is_success` override's 1 or numpy bool is one.
+            stated = self.is_success(trajectory)
+            trajectory.success = None if stated is None else bool(stated)
             trajectory.timings["total_s"] = time.perf_counter() - started
             trajectory.timings["policy_s"] = policy_s
             trajectory.timings["env_s"] = sum(s.duration_s for s in trajectory.steps)

@@ -182,7 +182,8 @@ def test_a_run_cut_short_says_what_its_run_file_planned(tmp_path: Path) -> None:
     were the run, without a word about the six never played."""
     out = tmp_path / "c.jsonl"
     played = [*_group("seed-0", [1, 1]), *_group("seed-1", [1, 0])]
-    _written(out, played, 'env = "frozen_lake"\nepisodes = 8\nrollouts-per-example = 2\n\n[run]\nid = "r"\n')
+    run_file = 'env = "frozen_lake"\nepisodes = 8\nrollouts-per-example = 2\n\n[run]\nid = "r"\nexamples = 8\nrollouts = 2\n'
+    _written(out, played, run_file)
     text = finish_run(out)
     assert text is not None and "cut short: the run planned 8 examples x 2 rollouts" in text
     assert "2 examples and 4 of 16 rollouts" in text
@@ -190,7 +191,7 @@ def test_a_run_cut_short_says_what_its_run_file_planned(tmp_path: Path) -> None:
     # The whole run says nothing; records of another run than the file's are not measured by it.
     _written(out, [r for n in range(8) for r in _group(f"seed-{n}", [1, 0])], out.with_name("c.run.toml").read_text())
     assert "cut short" not in (finish_run(out) or "")
-    _written(out, played, 'env = "frozen_lake"\nepisodes = 8\n\n[run]\nid = "another"\n')
+    _written(out, played, run_file.replace('"r"', '"another"'))
     assert "cut short" not in (finish_run(out) or "")
 
 

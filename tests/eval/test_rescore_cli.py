@@ -118,6 +118,8 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
         (["--score", "bad_score.py:returns_text"], ["returned 'yes'", "expected a number"]),
         # An int no float can hold raised OverflowError out of the command: a traceback.
         (["--score", "bad_score.py:huge"], ["record u", "not a finite number"]),
+        # Taken as bool(), the string "false" was a success.
+        (["--score", "bad_score.py:says_false"], ["success 'false'", "expected true, false or None"]),
         (["--weights", "correct"], ["name=number"]),
         # A name no record has would zero every reward: refused, naming the components there are.
         (["--weights", "correct=1,nosuch=1"], ["nosuch", "correct", "valid_move"]),
@@ -125,7 +127,8 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
 )
 def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     (tmp_path / "bad_score.py").write_text(
-        "def returns_text(record):\n    return 'yes'\n\ndef huge(record):\n    return {'reward': 10**400}\n", encoding="utf-8"
+        "def returns_text(record):\n    return 'yes'\n\ndef huge(record):\n    return {'reward': 10**400}\n\n"
+        "def says_false(record):\n    return {'reward': 0.0, 'success': 'false'}\n", encoding="utf-8"
     )
     line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
             "reward_components": {"correct": {"value": 1.0, "steps": []}, "valid_move": {"value": 0.5, "steps": []}}}
@@ -297,3 +300,39 @@ def test_a_reward_of_more_digits_than_a_float_holds_is_named_in_one_line(tmp_pat
     result = envsdk("rescore", "c.jsonl", "--weights", "a=1", cwd=tmp_path)
     assert result.returncode == 2
     assert_one_line_error(result, "c.jsonl:2")
+
+
+def test_a_success_that_is_not_true_false_or_null_is_refused_not_counted(tmp_path: Path) -> None:
+    """pass@k counted a record as correct by bool() of its success: "false" and [0] passed."""
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 0.0, "success": "false",
+            "reward_components": {"correct": {"value": 0.0, "steps": []}}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    for command in (("report", "c.jsonl"), ("rescore", "c.jsonl", "--weights", "correct=1")):
+        refused = envsdk(*command, cwd=tmp_path)
+        assert refused.returncode == 2
+        assert_one_line_error(refused, "c.jsonl:1", "'success' must be true, false or null", '"false"')
+    # A score's None says nothing of success: null, not false.
+    (tmp_path / "unsaid.py").write_text("def score(record):\n    return {'reward': 1.0, 'success': None}\n",
+                                        encoding="utf-8")
+    (tmp_path / "c.jsonl").write_text(json.dumps({**line, "success": True}) + "\n", encoding="utf-8")
+    assert envsdk("rescore", "c.jsonl", "--score", "unsaid.py:score", cwd=tmp_path).returncode == 0
+    assert json.loads((tmp_path / "c.rescored.jsonl").read_text(encoding="utf-8"))["success"] is None
+
+
+def test_what_a_score_prints_goes_to_stderr_not_into_the_table(tmp_path: Path) -> None:
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 0.0, "success": True,
+            "reward_components": {}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    (tmp_path / "chatty.py").write_text("def score(record):\n    print('scoring', record['uuid'])\n    return 1.0\n",
+                                        encoding="utf-8")
+    done = envsdk("rescore", "c.jsonl", "--score", "chatty.py:score", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "scoring u" in done.stderr and "scoring" not in done.stdout
+    assert "pass@1" in done.stdout
+    # A score that calls sys.exit fails as one that raises does (status 1), in one line: it went
+    # past the handler, and the command ended with status 0, nothing written, nothing said.
+    (tmp_path / "exits.py").write_text("def score(record):\n    raise SystemExit(0)\n", encoding="utf-8")
+    failed = envsdk("rescore", "c.jsonl", "--score", "exits.py:score", "--out", "x.jsonl", cwd=tmp_path)
+    assert failed.returncode == 1
+    assert_one_line_error(failed, "called sys.exit(0)", "record u")
+    assert not (tmp_path / "x.jsonl").exists()

@@ -1,0 +1,120 @@
+"""The run file beside the records says what the run played: a command refused before it plays
+leaves it as it was, a hand edit is not taken for the run's options, and what it planned is read
+from it wherever the records are read from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from envsdk.runfile import read_run_file
+from envsdk.testing import stop_process
+from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk, user_env
+from tests.eval.conftest import by_pair
+
+pytestmark = pytest.mark.timeout(240)
+
+FROZEN = ("rollout", "--env", "frozen_lake", "--policy", "random", "--rollouts-per-example", "2", "--max-turns", "8",
+          "--no-progress")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_a_run_refused_by_its_preflight_leaves_the_run_it_would_replace(tmp_path: Path) -> None:
+    """--overwrite wrote its run file before the pre-flight found no server: the earlier run's
+    records then lay beside another run's file, and every --resume refused them as foreign."""
+    assert envsdk(*FROZEN, "--episodes", "2", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
+    before = _files(tmp_path)
+    refused = envsdk("rollout", "--env", "sudoku", "--base-url", "http://127.0.0.1:9", "--policy", "random",
+                     "--episodes", "2", "--no-progress", "--out", "c.jsonl", "--overwrite", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert_one_line_error(refused, "http://127.0.0.1:9")
+    assert _files(tmp_path) == before
+    again = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "nothing left to play" in again.stdout
+
+
+def test_a_run_that_replaces_another_removes_its_summary_once_it_starts(tmp_path: Path) -> None:
+    """An --overwrite stopped mid-run left the replaced run's pass@k in <stem>.eval.json beside
+    records that were no longer its own."""
+    assert envsdk(*FROZEN, "--episodes", "2", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
+    summary, run_file = tmp_path / "c.eval.json", tmp_path / "c.run.toml"
+    assert summary.is_file()
+    first = read_run_file(run_file)["run"]["id"]
+    slow = tmp_path / "slow.py"
+    slow.write_text("import asyncio\n\nclass Slow:\n    async def act(self, messages):\n"
+                    "        await asyncio.sleep(60)\n        return 'left'\n", encoding="utf-8")
+    proc = subprocess.Popen(
+        [str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "slow.py:Slow", "--episodes", "2", "--no-progress",
+         "--out", "c.jsonl", "--overwrite"],
+        cwd=tmp_path, env=user_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while read_run_file(run_file)["run"]["id"] == first:
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never started"
+            time.sleep(0.05)
+        assert not summary.exists()
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize(
+    ("edit", "what"),
+    [
+        (lambda text: text.replace('policy = "random"', 'policy = "auto"'), "policy"),
+        (lambda text: "".join(line for line in text.splitlines(keepends=True) if not line.startswith("max-turns")),
+         "max-turns removed"),
+        (lambda text: text.replace("seed = 0", "seed = 5"), "seed"),
+    ],
+)
+def test_a_resume_refuses_a_run_file_edited_by_hand(tmp_path: Path, edit, what: str) -> None:
+    """Nothing told the options a run wrote from ones edited into its file: a resume played the
+    pairs left with another policy (or without the turn limit) and pooled both under one run."""
+    assert envsdk(*FROZEN, "--episodes", "3", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
+    out, run_file = tmp_path / "c.jsonl", tmp_path / "c.run.toml"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:2]))  # as if stopped
+    original = run_file.read_text(encoding="utf-8")
+    edited = edit(original)
+    assert edited != original, what
+    run_file.write_text(edited, encoding="utf-8")
+    before = _files(tmp_path)
+    refused = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "c.run.toml", "edited since the run began")
+    assert _files(tmp_path) == before
+    # How it runs may change by hand, and the edit put back resumes.
+    run_file.write_text(original.replace("concurrency = 8", "concurrency = 2"), encoding="utf-8")
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(by_pair(out)) == 6
+
+
+def test_what_a_run_planned_is_read_from_its_run_file_wherever_the_report_runs(tmp_path: Path) -> None:
+    """The planned size came from the dataset path in the run file, read from the folder the
+    report ran in: a whole run was reported as cut short against another rows.jsonl there."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"env_config": {"name": "frozen_lake", "seed": s}}) + "\n" for s in range(4)),
+                    encoding="utf-8")
+    played = envsdk("rollout", "--dataset", "rows.jsonl", "--policy", "random", "--rollouts-per-example", "2",
+                    "--max-turns", "3", "--no-progress", "--out", "sub/c.jsonl", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    table = read_run_file(tmp_path / "sub" / "c.run.toml")["run"]
+    assert (table["examples"], table["rollouts"]) == (4, 2)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "rows.jsonl").write_text("{}\n" * 9, encoding="utf-8")
+    reported = envsdk("report", "../sub/c.jsonl", "--out-dir", "rep", cwd=other)
+    assert reported.returncode == 0, reported.stderr
+    assert "cut short" not in reported.stdout + reported.stderr
+    out = tmp_path / "sub" / "c.jsonl"
+    out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:5]))
+    reported = envsdk("report", "../sub/c.jsonl", "--out-dir", "rep", cwd=other)
+    assert "cut short: the run planned 4 examples x 2 rollouts" in reported.stdout + reported.stderr
