@@ -20,7 +20,10 @@ Given several files (``envsdk report before.jsonl after.jsonl``), it writes each
 beside it (or into ``<out-dir>/<label>/``) and ``compare.png`` into the output folder (default:
 ``comparison_report/`` in the files' common folder): success rate and mean total reward of each
 file side by side, with their standard errors — a before/after plot. A file's label is its
-folder's name when the file is called ``completions.jsonl``, else its stem.
+folder's name when the file is called ``completions.jsonl``, else its stem; files whose labels
+collide are labelled by their paths from the files' common folder (``a/x`` and ``b/x``), and a
+file given twice is refused. Every file is read and every folder made before anything is
+written, and a report that fails removes the folders it made (with what it wrote into them).
 
 Plots are drawn with matplotlib's Agg backend through `matplotlib.figure.Figure` (no pyplot
 global state, no display); matplotlib is the ``report`` extra.
@@ -33,7 +36,8 @@ import html
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -388,32 +392,128 @@ figcaption {{ color: #667085; }}
 """
 
 
-def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
-    """Write the plots and ``report.html`` for the trajectories in `path` into `out_dir`
-    (default: ``<stem>_report/`` beside `path`; created if needed). Raises `ReportError` for
-    unreadable input (see `load_episodes`)."""
-    source = Path(path)
+class _Made:
+    """The folders a report run made and the files it wrote into them, so that a run that fails
+    (refused or crashed) takes them back: no ``<stem>_report/`` of a failed run is left behind,
+    empty or half written. Folders that were there before, and what is in them, are kept."""
+
+    def __init__(self) -> None:
+        self.folders: list[Path] = []
+        self.files: list[Path] = []
+
+    def folder(self, folder: Path) -> Path:
+        """Make `folder` and the folders above it that are missing. `ReportError` names it when
+        it cannot be made: a file (or a link to nothing) in its way, or no right to write there."""
+        missing: list[Path] = []
+        for path in (folder, *folder.parents):
+            if path.is_dir():
+                break
+            if path.exists() or path.is_symlink():
+                raise ReportError(
+                    f"{folder}: not a folder" if path == folder
+                    else f"{folder}: cannot make the report folder: {path} is not a folder"
+                )
+            missing.append(path)
+        for path in reversed(missing):
+            try:
+                path.mkdir()
+            except FileExistsError:
+                if not path.is_dir():  # a file made there since the look above
+                    raise ReportError(f"{folder}: cannot make the report folder: {path} is not a folder") from None
+                continue
+            except OSError as exc:
+                raise ReportError(f"{folder}: cannot make the report folder ({exc.strerror or exc})") from None
+            self.folders.append(path)
+        return folder
+
+    def file(self, path: Path) -> Path:
+        """`path`, noted as written by this run (taken back on failure if its folder is one made)."""
+        self.files.append(path)
+        return path
+
+    def take_back(self) -> None:
+        """Remove what this run wrote into the folders it made, then those folders, deepest first;
+        a folder someone else has put a file into since is kept."""
+        made = set(self.folders)
+        for path in self.files:
+            if path.parent in made:
+                path.unlink(missing_ok=True)
+        for folder in reversed(self.folders):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+@contextmanager
+def _taken_back_on_failure() -> Iterator[_Made]:
+    """A `_Made` whose folders and files are taken back when the block raises (anything: a
+    refusal, a crash, Ctrl-C); on success they stay."""
+    made = _Made()
+    try:
+        yield made
+    except BaseException:
+        made.take_back()
+        raise
+
+
+@contextmanager
+def _writing(folder: Path) -> Iterator[None]:
+    """`ReportError` naming `folder` (and the file) for a file that cannot be written there: a
+    read-only or full disk, no right to write, a folder in the way."""
+    try:
+        yield
+    except OSError as exc:
+        what = Path(exc.filename).name if isinstance(exc.filename, str) else "the report"
+        raise ReportError(f"{folder}: cannot write {what} there ({exc.strerror or exc})") from None
+
+
+def _read(source: Path) -> tuple[list[Episode], EvalSummary]:
+    """The episodes of `source` and its groups' pass@k: everything a report needs from the file,
+    read before any folder is made, so that unusable input is refused with nothing written."""
     episodes = load_episodes(source)
-    folder = Path(out_dir) if out_dir is not None else source.with_name(f"{source.stem}_report")
-    folder.mkdir(parents=True, exist_ok=True)
-    names = _component_names(episodes)
-    plots = {"total_reward": folder / "total_reward.png"}
-    _plot_total(episodes, plots["total_reward"])
-    if names:
-        plots["components"] = folder / "components.png"
-        _plot_components(episodes, names, plots["components"])
-    plots["episodes"] = folder / "episodes.png"
-    episodes_figure(episodes).savefig(plots["episodes"])
-    if any(e.training_step is not None for e in episodes):
-        plots["training"] = folder / "training.png"
-        _plot_training(episodes, names, plots["training"])
-    page = folder / "report.html"
     try:
         groups = summarize_groups((record for _, record in read_records(source)), planned_run(source))
     except EvalError as exc:
         raise ReportError(str(exc)) from None
-    page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")
+    return episodes, groups
+
+
+def _default_folder(source: Path) -> Path:
+    return source.with_name(f"{source.stem}_report")
+
+
+def _write(source: Path, read: tuple[list[Episode], EvalSummary], folder: Path, made: _Made) -> Report:
+    """The plots and page of `source` (read by `_read`) written into `folder` (made by `made`)."""
+    episodes, groups = read
+    made.folder(folder)
+    names = _component_names(episodes)
+    plots = {"total_reward": folder / "total_reward.png"}
+    with _writing(folder):
+        _plot_total(episodes, made.file(plots["total_reward"]))
+        if names:
+            plots["components"] = folder / "components.png"
+            _plot_components(episodes, names, made.file(plots["components"]))
+        plots["episodes"] = folder / "episodes.png"
+        episodes_figure(episodes).savefig(made.file(plots["episodes"]))
+        if any(e.training_step is not None for e in episodes):
+            plots["training"] = folder / "training.png"
+            _plot_training(episodes, names, made.file(plots["training"]))
+        page = made.file(folder / "report.html")
+        page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")
     return Report(html=page, plots=plots, groups=groups)
+
+
+def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
+    """Write the plots and ``report.html`` for the trajectories in `path` into `out_dir`
+    (default: ``<stem>_report/`` beside `path`; created if needed, and removed again, with what
+    was written into it, when the report fails). Raises `ReportError` for unreadable input (see
+    `load_episodes`) and for an output folder that cannot be made or written into."""
+    source = Path(path)
+    read = _read(source)
+    folder = Path(out_dir) if out_dir is not None else _default_folder(source)
+    with _taken_back_on_failure() as made:
+        return _write(source, read, folder, made)
 
 
 # ---------------------------------------------------------------- comparison
@@ -421,6 +521,44 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
 
 def _label(path: Path) -> str:
     return path.parent.name if path.stem == "completions" and path.parent.name else path.stem
+
+
+#: The comparison plot's name in the output folder, beside the labelled report folders: no label.
+_COMPARE = "compare.png"
+
+
+def _labels(files: Sequence[Path]) -> list[str]:
+    """Each file's label (`_label`), told apart where two collide: a report folder of
+    ``<out-dir>/<label>/`` each, and a bar each in the comparison (one label, one place on its
+    axis). A colliding label becomes the file's path from the files' common folder without its
+    ``.jsonl`` suffix (or its ``completions.jsonl`` name): ``a/x`` and ``b/x``; should that
+    collide too, the whole path from there. Labels that collide with none are kept. Raises
+    `ReportError` for a file given twice (one report would replace the other)."""
+    seen: dict[Path, Path] = {}
+    for file in files:
+        resolved = file.resolve()
+        if resolved in seen:
+            raise ReportError(f"{seen[resolved]}: given twice (also as {file}): one report would replace the other")
+        seen[resolved] = file
+    common = _common_folder(files)
+    choices: list[tuple[str, str, str]] = []
+    for file in files:
+        path = file.resolve().relative_to(common)
+        shorter = path.parent if path.stem == "completions" and len(path.parts) > 1 else path.with_suffix("")
+        choices.append((_label(file), shorter.as_posix(), path.as_posix()))
+    # How much of its path each label takes: 0 its label, 1 its path less suffix, 2 its path.
+    levels = [0] * len(files)
+    while True:
+        labels = [choice[level] for choice, level in zip(choices, levels, strict=True)]
+        counts = Counter(labels)
+        colliding = [i for i, label in enumerate(labels) if counts[label] > 1 or label == _COMPARE]
+        if not any(levels[i] < 2 for i in colliding):
+            break
+        for i in colliding:
+            levels[i] = min(levels[i] + 1, 2)
+    if colliding:  # distinct files whose paths differ only where a label cannot say it
+        raise ReportError(f"{files[colliding[0]]}: cannot label its report apart from the others' ({labels[colliding[0]]})")
+    return labels
 
 
 def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
@@ -466,12 +604,20 @@ def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
 
 def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Plot success rate and mean total reward of each file in `paths` side by side
-    (`comparison_figure`) into the PNG `out` (its folder is created). Returns `out`.
-    Raises `ReportError` for unreadable input (see `load_episodes`)."""
-    loaded = [(_label(Path(p)), load_episodes(p)) for p in paths]
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    comparison_figure(loaded).savefig(target)
+    (`comparison_figure`, labels by `_labels`) into the PNG `out` (its folder is created).
+    Returns `out`. Raises `ReportError` for unreadable input (see `load_episodes`) or an `out`
+    that cannot be written."""
+    files = [Path(p) for p in paths]
+    labels = _labels(files)
+    loaded = [load_episodes(p) for p in files]
+    with _taken_back_on_failure() as made:
+        return _write_comparison(list(zip(labels, loaded, strict=True)), Path(out), made)
+
+
+def _write_comparison(labelled: Sequence[tuple[str, list[Episode]]], target: Path, made: _Made) -> Path:
+    made.folder(target.parent)
+    with _writing(target.parent):
+        comparison_figure(labelled).savefig(made.file(target))
     return target
 
 
@@ -512,14 +658,7 @@ def report_command(args: argparse.Namespace) -> int:
         return 1
     files = [Path(p) for p in args.completions]
     try:
-        if len(files) == 1:
-            reports = [write_report(files[0], args.out_dir)]
-            compare = None
-        else:
-            given = Path(args.out_dir) if args.out_dir is not None else None
-            folder = given or _common_folder(files) / "comparison_report"
-            compare = write_comparison(files, folder / "compare.png")
-            reports = [write_report(f, given / _label(f) if given else None) for f in files]
+        reports, compare = _report_files(files, Path(args.out_dir) if args.out_dir is not None else None)
     except ReportError as exc:
         print(f"envsdk report: error: {exc}", file=sys.stderr)
         return 2
@@ -533,6 +672,29 @@ def report_command(args: argparse.Namespace) -> int:
     if compare is not None:
         print(compare)
     return 0
+
+
+def _report_files(files: Sequence[Path], out_dir: Path | None) -> tuple[list[Report], Path | None]:
+    """The reports of `files` and, for several, their comparison plot (see the module). Every
+    file is read and every folder made before anything is written, and a run that fails takes
+    back the folders it made: a refusal leaves no half of a report behind."""
+    if len(files) == 1:
+        return [write_report(files[0], out_dir)], None
+    labels = _labels(files)
+    reads = [_read(f) for f in files]
+    folders = [out_dir / label if out_dir else _default_folder(f) for f, label in zip(files, labels, strict=True)]
+    owners: dict[Path, Path] = {}
+    for file, folder in zip(files, folders, strict=True):
+        # Beside the files, x.jsonl and x.txt in one folder both write x_report/.
+        if (owner := owners.setdefault(folder.resolve(), file)) is not file:
+            raise ReportError(f"{folder}: the report folder of both {owner} and {file}; give --out-dir")
+    compare = (out_dir or _common_folder(files) / "comparison_report") / _COMPARE
+    with _taken_back_on_failure() as made:
+        for folder in (compare.parent, *folders):
+            made.folder(folder)
+        reports = [_write(f, read, folder, made) for f, read, folder in zip(files, reads, folders, strict=True)]
+        labelled = [(label, read[0]) for label, read in zip(labels, reads, strict=True)]
+        return reports, _write_comparison(labelled, compare, made)
 
 
 def _common_folder(files: Sequence[Path]) -> Path:
