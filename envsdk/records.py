@@ -452,7 +452,10 @@ TEMPORARY_SUFFIX = ".envsdk-tmp"
 def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     """Replace `path` with `text` (a string, or pieces written one after another) so that a
     reader sees the old file or the new one, never part of one: the text goes to a synced
-    temporary file beside it, which is renamed over it."""
+    temporary file beside it, which is renamed over it. A symbolic link is written through:
+    the file it points at is replaced, and the link stays."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.
@@ -478,18 +481,24 @@ def remove_stale_temporaries(held: Path, names: Sequence[str]) -> int:
     """Remove the temporary files `write_atomically` left beside `held` for `names` (files in its
     folder) when a process was killed while it wrote them; how many were removed. Only for a
     caller holding `held` (`hold_records`): nothing else writes those names then."""
-    made = re.compile("|".join(rf"\.{re.escape(name)}\.\w+{re.escape(TEMPORARY_SUFFIX)}" for name in names))
+    # A name that is a symbolic link had its temporary files beside the file it points at.
+    by_folder: dict[str, set[str]] = {}
+    for name in names:
+        for place in {held.parent / name, Path(os.path.realpath(held.parent / name))}:
+            by_folder.setdefault(str(place.parent), set()).add(place.name)
     removed = 0
-    try:
-        entries = os.scandir(held.parent)
-    except OSError:
-        return 0
-    with entries:
-        for entry in entries:
-            if made.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                    removed += 1
+    for folder, named in by_folder.items():
+        made = re.compile("|".join(rf"\.{re.escape(name)}\.\w+{re.escape(TEMPORARY_SUFFIX)}" for name in sorted(named)))
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                if made.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed += 1
     return removed
 
 

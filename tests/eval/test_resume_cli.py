@@ -401,3 +401,25 @@ def test_a_second_rollout_into_a_run_still_writing_is_refused_and_loses_nothing(
     # Once the first run has ended, the run is free again.
     again = envsdk(*_rollout_args(url, out.name), "--resume", cwd=workdir)
     assert again.returncode == 0 and "nothing left to play" in again.stdout, again
+
+
+def test_a_resume_through_a_symbolic_link_writes_the_file_it_points_at(tmp_path: Path) -> None:
+    """Replacing a records file (moving error records aside) renamed a new file over the link
+    itself: the link became a file holding the finished run, and the file it pointed at kept the
+    run as it was before the resume."""
+    (tmp_path / "t").mkdir()
+    link, real = tmp_path / "link.jsonl", tmp_path / "t" / "real.jsonl"
+    link.symlink_to(Path("t") / "real.jsonl")
+    args = ["rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--rollouts-per-example", "2",
+            "--max-turns", "4", "--no-progress", "--out", "link.jsonl"]
+    assert envsdk(*args, cwd=tmp_path).returncode == 0
+    lines = real.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "status": "error", "reason": "RuntimeError: lost"}) + "\n"
+    real.write_text("".join(lines), encoding="utf-8")
+    resumed = envsdk("rollout", "--resume", "--out", "link.jsonl", "--no-progress", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert sorted(by_pair(real)) == [(f"seed-{s}", i) for s in range(2) for i in range(2)]
+    assert all(r["status"] != "error" for r in records(real))
+    assert [r["status"] for r in records(tmp_path / "link.replaced.jsonl")] == ["error"]
