@@ -857,12 +857,18 @@ def _parse_weights(text: str) -> dict[str, float]:
     weights: dict[str, float] = {}
     for part in text.split(","):
         name, sep, value = part.partition("=")
+        name = name.strip()
         try:
-            weights[name.strip()] = float(value)
+            weight = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected name=number[,name=number...], got {part!r}") from None
-        if not sep or not name.strip():
+        if not sep or not name:
             raise argparse.ArgumentTypeError(f"expected name=number[,name=number...], got {part!r}")
+        if not math.isfinite(weight):
+            raise argparse.ArgumentTypeError(f"{part!r}: a weight is a finite number")
+        if name in weights:  # the last would win without a word
+            raise argparse.ArgumentTypeError(f"{name!r} is weighted twice; give each component once")
+        weights[name] = weight
     return weights
 
 
@@ -881,12 +887,18 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
     return score
 
 
-def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[str, Any]]) -> None:
-    """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere."""
-    present = sorted({
-        str(name) for record in records
-        if isinstance(record.get("reward_components"), dict) for name in record["reward_components"]
-    })
+def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[str, Any]], source: Path) -> None:
+    """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere;
+    and for a file of no records, which has nothing to re-score."""
+    names: set[str] = set()
+    count = 0
+    for record in records:
+        count += 1
+        if isinstance(record.get("reward_components"), dict):
+            names.update(map(str, record["reward_components"]))
+    if not count:
+        raise EvalError(f"{source}: no records to re-score")
+    present = sorted(names)
     missing = [name for name in weights if name not in present]
     if missing:
         raise EvalError(
@@ -1012,7 +1024,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         # written), then re-scored and written one at a time: the file is never held whole.
         # Both reads stop at the size it had (a run still appending to it adds nothing).
         size = source.stat().st_size if source.is_file() else None
-        _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)))
+        _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)), source)
     except (EvalError, PluginLoadError, ImportError) as exc:
         print(f"envsdk rescore: error: {exc}", file=sys.stderr)
         return 2

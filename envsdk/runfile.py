@@ -11,6 +11,7 @@ and its attempt; ``envsdk rollout --config completions.run.toml`` repeats the ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import json
@@ -67,6 +68,12 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise RunFileError(f"{source}: not TOML (not UTF-8 text: byte {exc.start + 1})") from None
     except tomllib.TOMLDecodeError as exc:
+        with contextlib.suppress(OSError), source.open("rb") as handle:
+            if handle.read(3) == b"\xef\xbb\xbf":
+                raise RunFileError(
+                    f"{source}: not TOML: it begins with a byte-order mark (U+FEFF), which TOML does not allow; "
+                    "save it as UTF-8 without one"
+                ) from None
         raise RunFileError(f"{source}: not TOML ({exc})") from None
 
 
@@ -126,6 +133,8 @@ def options_from(document: Mapping[str, Any], parser: argparse.ArgumentParser, w
         if key == RUN_TABLE:
             continue
         dest = key.replace("-", "_")
+        if dest in values:  # `rollouts-per-example` and `rollouts_per_example` both
+            raise RunFileError(f"{where}: {key!r} gives the option {dest.replace('_', '-')!r} a second time")
         action = actions.get(dest)
         if dest in _COMMAND_LINE_ONLY - {"help"}:
             raise RunFileError(f"{where}: {key!r} cannot come from a run file: give --{dest} on the command line")

@@ -121,6 +121,10 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
         # Taken as bool(), the string "false" was a success.
         (["--score", "bad_score.py:says_false"], ["success 'false'", "expected true, false or None"]),
         (["--weights", "correct"], ["name=number"]),
+        # inf was taken, and the sums came out as "the score ... is not a finite number: nan".
+        (["--weights", "correct=inf"], ["'correct=inf'", "a weight is a finite number"]),
+        # The last weight of a name won without a word.
+        (["--weights", "correct=1,correct=5"], ["'correct' is weighted twice"]),
         # A name no record has would zero every reward: refused, naming the components there are.
         (["--weights", "correct=1,nosuch=1"], ["nosuch", "correct", "valid_move"]),
     ],
@@ -336,3 +340,11 @@ def test_what_a_score_prints_goes_to_stderr_not_into_the_table(tmp_path: Path) -
     assert failed.returncode == 1
     assert_one_line_error(failed, "called sys.exit(0)", "record u")
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_file_of_no_records_is_said_to_be_one(tmp_path: Path) -> None:
+    """It was refused for its weights: "no record has such a reward component; the records have: none"."""
+    (tmp_path / "c.jsonl").write_text("\n\n", encoding="utf-8")
+    refused = envsdk("rescore", "c.jsonl", "--weights", "correct=1", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "c.jsonl: no records to re-score")

@@ -116,3 +116,23 @@ def test_a_file_name_that_is_not_utf8_is_named_before_anything_is_written(tmp_pa
                      "--out", name, cwd=tmp_path)
     assert_one_line_error(refused, "--out", "not UTF-8")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        # TOML allows no byte-order mark; tomllib said only "Invalid statement (at line 1, column 1)".
+        ('\ufeffenv = "frozen_lake"\n', ["run.toml", "byte-order mark"]),
+        # One option spelled both ways: the last won without a word.
+        ('env = "frozen_lake"\nrollouts_per_example = 2\nrollouts-per-example = 3\n',
+         ["run.toml", "'rollouts-per-example' a second time"]),
+    ],
+)
+def test_a_run_file_that_says_something_twice_or_begins_with_a_bom_is_named(
+    tmp_path: Path, text: str, needles: list[str]
+) -> None:
+    (tmp_path / "run.toml").write_text(text, encoding="utf-8")
+    refused = envsdk("rollout", "--config", "run.toml", "--no-progress", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.toml"]
