@@ -49,6 +49,7 @@ from envsdk.records import (
     hold_records,
     jsonl_lines,
     mean_and_std,
+    number_text,
     read_jsonl_lines,
     record_line,
     rehold,
@@ -200,7 +201,7 @@ class EvalSummary:
         lines = [
             f"{'groups':<16}{len(self.groups)} examples x {size} rollouts ({self.records} records)",
             f"{'pass@k':<16}" + "  ".join(f"pass@{k}={v:.3f}" for k, v in self.pass_at.items()),
-            f"{'mean reward':<16}{self.mean_reward:.3f}",
+            f"{'mean reward':<16}{number_text(self.mean_reward)}",
             f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
             "every rollout got the same reward)",
         ]
@@ -237,8 +238,8 @@ class EvalSummary:
                       + "".join(f"{'pass@' + str(k):>{width}}" for k in ks)]
             for g in shown:
                 cells = "".join(f"{g.pass_at[k]:>{width}.3f}" if k in g.pass_at else f"{'-':>{width}}" for k in ks)
-                lines.append(f"{g.example[:23]:<24}{g.n:>{n_width}}{g.correct:>{n_width}}{g.mean_reward:>9.3f}"
-                             f"{g.reward_std:>9.3f}{cells}")
+                lines.append(f"{g.example[:23]:<24}{g.n:>{n_width}}{g.correct:>{n_width}}"
+                             f"{number_text(g.mean_reward):>9}{number_text(g.reward_std):>9}{cells}")
             if len(self.groups) > len(shown):
                 lines.append(f"... and {len(self.groups) - len(shown)} more examples (envsdk report lists them all)")
         return "\n".join(lines)

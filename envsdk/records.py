@@ -71,7 +71,7 @@ from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
-    "RecordError", "check_record", "quantile", "mean_and_std", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
+    "RecordError", "check_record", "quantile", "mean_and_std", "number_text", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
     "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path",
 ]
 
@@ -212,6 +212,12 @@ def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
     mean = math.fsum(scaled) / len(scaled)
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / len(scaled))
     return mean * scale, std * scale
+
+
+def number_text(value: float, places: int = 3) -> str:
+    """`value` with `places` decimals, or in exponent form from a million on: a reward near the
+    largest float is 309 digits written out."""
+    return f"{value:.{places}f}" if abs(value) < 1e6 else f"{value:.{places}g}"
 
 
 def success_text(successes: int, stated: int, episodes: int) -> str:

@@ -54,6 +54,7 @@ from envsdk.records import (
     RecordError,
     check_record,
     mean_and_std,
+    number_text,
     quantile,
     read_jsonl,
     success_text,
@@ -184,11 +185,6 @@ def _mean(values: Sequence[float]) -> float:
     return mean_and_std(values)[0]
 
 
-def _fixed(value: float, places: int = 3) -> str:
-    """`value` with `places` decimals, or in exponent form from a million on (not 309 digits)."""
-    return f"{value:.{places}f}" if abs(value) < 1e6 else f"{value:.{places}g}"
-
-
 def _histogram(ax: Any, given: Sequence[float], title: str, color: str) -> None:
     mean = _mean(given)
     unit, note = _unit(given)
@@ -204,7 +200,7 @@ def _histogram(ax: Any, given: Sequence[float], title: str, color: str) -> None:
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # episode counts
     ax.axvline(mean / unit, color="#1d2330", linestyle="--", linewidth=1)
-    ax.set_title(f"{title}{note}\nmean {_fixed(mean)}, n={len(values)}", fontsize=10)
+    ax.set_title(f"{title}{note}\nmean {number_text(mean)}, n={len(values)}", fontsize=10)
     ax.set_ylabel("episodes")
     ax.grid(axis="y", alpha=0.3)
 
@@ -345,8 +341,8 @@ def _html(
     rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
     rows.append(("turns", [float(e.turns) for e in episodes]))
     table = "\n".join(
-        f"<tr><td>{html.escape(name)}</td><td>{_fixed(_mean(v))}</td><td>{_fixed(quantile(v, 0.5))}</td>"
-        f"<td>{_fixed(quantile(v, 0.9))}</td><td>{_fixed(min(v))}</td><td>{_fixed(max(v))}</td><td>{len(v)}</td></tr>"
+        f"<tr><td>{html.escape(name)}</td><td>{number_text(_mean(v))}</td><td>{number_text(quantile(v, 0.5))}</td>"
+        f"<td>{number_text(quantile(v, 0.9))}</td><td>{number_text(min(v))}</td><td>{number_text(max(v))}</td><td>{len(v)}</td></tr>"
         for name, v in rows
     )
     captions = {
@@ -589,7 +585,7 @@ def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
     reward_title = f"mean total reward{note} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in labelled)
     for ax, values, errors, texts, title in (
         (rate_ax, rates, rate_errors, rate_labels, rate_title),
-        (reward_ax, [m / unit for m in means], [e / unit for e in mean_errors], [_fixed(v, 2) for v in means], reward_title),
+        (reward_ax, [m / unit for m in means], [e / unit for e in mean_errors], [number_text(v, 2) for v in means], reward_title),
     ):
         palette = [colors[i % len(colors)] for i in range(len(labels))]
         bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)

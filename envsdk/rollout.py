@@ -37,7 +37,7 @@ from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
-    LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, quantile, read_jsonl, success_text,
+    LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, mean_and_std, number_text, quantile, read_jsonl, success_text,
 )
 from envsdk.schedulers import (
     GYMScheduler,
@@ -94,7 +94,7 @@ class Stat:
     def of(cls, values: Sequence[float]) -> Stat:
         if not values:
             return cls(math.nan, math.nan, math.nan, 0)
-        return cls(sum(values) / len(values), quantile(values, 0.5), quantile(values, 0.9), len(values))
+        return cls(mean_and_std(values)[0], quantile(values, 0.5), quantile(values, 0.9), len(values))
 
 
 @dataclass(frozen=True)
@@ -138,11 +138,11 @@ class RolloutSummary:
         ]
         rows = [("total_reward", self.total_reward), ("turns", self.turns)]
         for name, stat in rows:
-            lines.append(f"{name:<16}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}{stat.n:>6}")
+            lines.append(f"{name:<16}{number_text(stat.mean):>10}{number_text(stat.p50):>10}{number_text(stat.p90):>10}{stat.n:>6}")
         if self.components:
             lines.append(f"reward components ({len(self.components)}):")
             for name, stat in sorted(self.components.items()):
-                lines.append(f"  {name:<14}{stat.mean:>10.3f}{stat.p50:>10.3f}{stat.p90:>10.3f}{stat.n:>6}")
+                lines.append(f"  {name:<14}{number_text(stat.mean):>10}{number_text(stat.p50):>10}{number_text(stat.p90):>10}{stat.n:>6}")
         return "\n".join(lines)
 
     def _success_text(self) -> str:
@@ -308,6 +308,13 @@ def check_base_url(url: str) -> None:
     scheme, sep, _ = url.partition("://")
     if sep and scheme.lower() not in URL_SCHEMES:
         raise UsageError(f"--base-url {url!r}: an environment server's URL starts with {', '.join(s + '://' for s in URL_SCHEMES)}")
+    if not sep:
+        from envsdk.client.pool import is_pool_spec
+
+        if not is_pool_spec(url):  # else every episode would end in an error on it
+            raise UsageError(
+                f"--base-url {url!r} is neither a URL (http://host:port), a registered pool name nor a file of base URLs"
+            )
 
 
 def check_env_name(env: str, base_url: BaseUrls | None) -> None:
@@ -882,6 +889,8 @@ def _check_local_config(batch: Batch, where: str) -> None:
 
 
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
+    if args.base_url is not None and not args.base_url:  # `base-url = []` in a run file
+        raise UsageError("--base-url names no server: give at least one URL, or leave it out")
     for url in args.base_url or []:
         check_base_url(url)
     # Here, before --out is held, cut (--overwrite) or its run file written: not where the value

@@ -348,3 +348,18 @@ def test_a_file_of_no_records_is_said_to_be_one(tmp_path: Path) -> None:
     refused = envsdk("rescore", "c.jsonl", "--weights", "correct=1", cwd=tmp_path)
     assert refused.returncode == 2
     assert_one_line_error(refused, "c.jsonl: no records to re-score")
+
+
+def test_rewards_near_the_largest_float_are_printed_in_exponent_form(tmp_path: Path) -> None:
+    """Printed with three decimals, a mean of 1.7e308 ran to 309 digits in the tables."""
+    from envsdk.rollout import Stat
+
+    assert Stat.of([1.7e308, 1.7e308]).mean == 1.7e308  # not inf
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 0.0, "success": True,
+            "reward_components": {}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    (tmp_path / "big.py").write_text("def score(record):\n    return 1.7e308\n", encoding="utf-8")
+    done = envsdk("rescore", "c.jsonl", "--score", "big.py:score", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "1.7e+308" in done.stdout
+    assert not any(len(word) > 30 for word in done.stdout.split())

@@ -174,3 +174,17 @@ def test_an_option_out_of_range_changes_nothing_it_is_refused_at_once(tmp_path: 
     resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(by_pair(out)) == 4 and run_file.is_file()
+
+
+def test_a_base_url_that_names_no_server_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A scheme-less --base-url that is no pool name nor file ended every episode in an error (and
+    a resume kept it in the run file); `base-url = []` in a run file played on localhost:8000."""
+    refused = envsdk("rollout", "--env", "sudoku", "--base-url", "notaurl", "--episodes", "2", "--no-progress",
+                     cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "'notaurl'", "registered pool name")
+    (tmp_path / "run.toml").write_text('env = "sudoku"\nbase-url = []\n', encoding="utf-8")
+    refused = envsdk("rollout", "--config", "run.toml", "--episodes", "2", "--no-progress", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "--base-url names no server")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.toml"]
