@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from envsdk.cli import main
 from envsdk.testing import running_server
 
 CHROMIUM = shutil.which("chromium")
@@ -65,3 +66,11 @@ def headless_chromium() -> Iterator[Any]:
 @pytest.fixture
 def browser() -> Iterator[Any]:
     yield from headless_chromium()
+
+
+def report_refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line ``envsdk report`` prints when it refuses `args` (exit 2, no traceback)."""
+    assert main(["report", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("envsdk report: error: ") and err.count("\n") == 1, err
+    return err

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envsdk.cli import main
+from tests.web.conftest import report_refused
 from envsdk.policies import make_policy
 from envsdk.report import ReportError, load_episodes, write_report
 from envsdk.rollout import run_rollouts
@@ -173,14 +174,6 @@ def test_rewards_near_the_largest_float_are_plotted_in_scaled_units(tmp_path: Pa
     assert [t.get_text() for t in reward_ax.texts] == ["8.5e+307", "0.50"]
 
 
-def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line ``envsdk report`` prints when it refuses `args` (exit 2, no traceback)."""
-    assert main(["report", *args]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("envsdk report: error: ") and err.count("\n") == 1, err
-    return err
-
-
 @pytest.mark.timeout(90)
 def test_an_out_dir_that_is_not_a_folder_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A file where the report's folder must be made gave a FileExistsError or NotADirectoryError
@@ -188,19 +181,19 @@ def test_an_out_dir_that_is_not_a_folder_is_refused_naming_it(tmp_path: Path, ca
     records = _write(tmp_path / "x.jsonl", [True, False])
     afile = tmp_path / "afile"
     afile.write_text("mine\n", encoding="utf-8")
-    assert f"{afile}: not a folder" in _refused([str(records), "--out-dir", str(afile)], capsys)
-    err = _refused([str(records), "--out-dir", str(afile / "sub")], capsys)
+    assert f"{afile}: not a folder" in report_refused([str(records), "--out-dir", str(afile)], capsys)
+    err = report_refused([str(records), "--out-dir", str(afile / "sub")], capsys)
     assert f"{afile / 'sub'}: cannot make the report folder: {afile} is not a folder" in err
     assert afile.read_text(encoding="utf-8") == "mine\n"
     # The default folder beside the file, taken by a file.
     blocked = tmp_path / "x_report"
     blocked.write_text("", encoding="utf-8")
-    assert f"{blocked}: not a folder" in _refused([str(records)], capsys)
+    assert f"{blocked}: not a folder" in report_refused([str(records)], capsys)
     # A folder that exists, where a plot cannot be written: it names the folder and the file,
     # and the folder (not made by the report) is kept.
     out = tmp_path / "out"
     (out / "total_reward.png").mkdir(parents=True)
-    err = _refused([str(records), "--out-dir", str(out)], capsys)
+    err = report_refused([str(records), "--out-dir", str(out)], capsys)
     assert f"{out}: cannot write total_reward.png there" in err
     assert out.is_dir()
 
@@ -215,7 +208,7 @@ def test_records_in_a_read_only_folder_are_refused_naming_the_folder(
     records = _write(folder / "x.jsonl", [True])
     folder.chmod(0o555)
     try:
-        err = _refused([str(records)], capsys)
+        err = report_refused([str(records)], capsys)
     finally:
         folder.chmod(0o755)
     assert f"{folder / 'x_report'}: cannot make the report folder" in err
@@ -253,5 +246,5 @@ def test_deeply_nested_json_is_refused_naming_the_line(tmp_path: Path, capsys: p
     """A line of 100 000 nested lists gave a RecursionError traceback: the reader refuses the line."""
     deep = tmp_path / "deep.jsonl"
     deep.write_text("[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
-    assert "deep.jsonl:1" in _refused([str(deep)], capsys)
+    assert "deep.jsonl:1" in report_refused([str(deep)], capsys)
     assert not (tmp_path / "deep_report").exists()

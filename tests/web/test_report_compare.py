@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from envsdk.cli import main
+from tests.web.conftest import report_refused
 from envsdk.policies import make_policy
 from envsdk.report import ReportError, comparison_figure, write_comparison
 from envsdk.rollout import run_rollouts
@@ -67,14 +68,6 @@ def test_an_unreadable_file_fails_the_comparison_naming_it(tmp_path: Path, capsy
     assert not (tmp_path / "c.png").exists()
 
 
-def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line ``envsdk report`` prints when it refuses `args` (exit 2, no traceback)."""
-    assert main(["report", *args]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("envsdk report: error: ") and err.count("\n") == 1, err
-    return err
-
-
 @pytest.mark.timeout(90)
 def test_files_of_one_label_get_their_own_folder_and_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """a/x/completions.jsonl and b/x/completions.jsonl were both "x": the second report replaced
@@ -117,22 +110,22 @@ def test_labels_are_told_apart_by_as_much_path_as_they_need(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(90)
-def test_the_same_file_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_same_file_twice_isreport_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     records = _rollouts("random", tmp_path / "before")
-    err = _refused([str(records), str(tmp_path / "before" / ".." / "before" / "completions.jsonl")], capsys)
+    err = report_refused([str(records), str(tmp_path / "before" / ".." / "before" / "completions.jsonl")], capsys)
     assert f"{records}: given twice" in err
     assert not (tmp_path / "comparison_report").exists() and not (tmp_path / "before" / "completions_report").exists()
 
 
 @pytest.mark.timeout(90)
-def test_two_reports_for_one_folder_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_reports_for_one_folder_arereport_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """x.jsonl and x.txt beside each other both write x_report/ by default: refused, not one
     over the other; with --out-dir each has its own folder."""
     records = _rollouts("random", tmp_path / "run")
     first, second = tmp_path / "x.jsonl", tmp_path / "x.txt"
     for path in (first, second):
         path.write_bytes(records.read_bytes())
-    err = _refused([str(first), str(second)], capsys)
+    err = report_refused([str(first), str(second)], capsys)
     assert f"{tmp_path / 'x_report'}: the report folder of both {first} and {second}" in err
     assert not (tmp_path / "x_report").exists() and not (tmp_path / "comparison_report").exists()
     out = tmp_path / "rep"
@@ -148,13 +141,13 @@ def test_a_refused_report_takes_back_the_folders_it_made(tmp_path: Path, capsys:
     second = _rollouts("oracle", tmp_path / "b")
     blocked = tmp_path / "b" / "completions_report"
     blocked.write_text("", encoding="utf-8")
-    assert f"{blocked}: not a folder" in _refused([str(first), str(second)], capsys)
+    assert f"{blocked}: not a folder" in report_refused([str(first), str(second)], capsys)
     assert not (tmp_path / "comparison_report").exists()
     assert not (tmp_path / "a" / "completions_report").exists()
     # --out-dir that is a file, and one below a file.
     afile = tmp_path / "afile"
     afile.write_text("", encoding="utf-8")
-    assert f"{afile}: not a folder" in _refused([str(first), str(second), "--out-dir", str(afile)], capsys)
-    err = _refused([str(first), str(second), "--out-dir", str(afile / "sub")], capsys)
+    assert f"{afile}: not a folder" in report_refused([str(first), str(second), "--out-dir", str(afile)], capsys)
+    err = report_refused([str(first), str(second), "--out-dir", str(afile / "sub")], capsys)
     assert f"{afile / 'sub'}: cannot make the report folder: {afile} is not a folder" in err
     assert not (tmp_path / "a" / "completions_report").exists()
