@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from envsdk.cli import main
-from tests.web.conftest import report_refused
 from envsdk.policies import make_policy
 from envsdk.report import ReportError, load_episodes, write_report
 from envsdk.rollout import run_rollouts
+from tests.web.conftest import report_refused
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

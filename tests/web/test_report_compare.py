@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from envsdk.cli import main
-from tests.web.conftest import report_refused
 from envsdk.policies import make_policy
 from envsdk.report import ReportError, comparison_figure, write_comparison
 from envsdk.rollout import run_rollouts
+from tests.web.conftest import report_refused
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
