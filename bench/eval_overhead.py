@@ -123,7 +123,7 @@ async def harness_round(
     args.command_line = argv
     batch = Batch("sudoku", make_requests("sudoku", episodes, seed, url), SudokuOraclePolicy(), url)
     plan = plan_run(args, [batch])
-    plan.write_run_file()
+    plan.start()
     # A scheduler of the caller's own is left as given: it keeps every step's observation.
     given = make_scheduler("sudoku", base_url=url, concurrency=concurrency) if keep_observations else None
     report = await run_batches(

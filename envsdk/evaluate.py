@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 import re
 import secrets
@@ -424,22 +425,26 @@ class _Compacted(NamedTuple):
     moved: int  # the records moved aside
     run: str | None  # the run that wrote the records (None: there are none)
     attempt: int  # the latest attempt that wrote one (0: none)
-    cut: int  # the bytes of a torn last line cut off
+    cut: int  # the bytes of a torn last line to cut off
+    repair: Callable[[], None]  # cuts it and moves the records not kept aside
 
 
 def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
-    """Cut a torn last line (`recover_torn_tail`), keep one record per (example, index) that did
-    not end in an error and move the others to ``<stem>.replaced.jsonl``. `run`: the run the
-    records must all come from (that of `run_file`), or None for that of the first record.
+    """Decide what a resume repairs: a torn last line to cut (`recover_torn_tail`), one record
+    per (example, index) that did not end in an error to keep, the others to move to
+    ``<stem>.replaced.jsonl``. `run`: the run the records must all come from (that of
+    `run_file`), or None for that of the first record. Nothing is changed until the result's
+    ``repair`` is called, once the run is sure to start.
 
-    Raises `EvalError`, before anything is cut or moved, for a record of another run: a file
-    copied over this one, or written through another name, holds pairs this run never played.
-    The file is read once to decide, keeping one flag per record, and read again to write each
-    part: never held whole (nor as parsed records), as it may be larger than the memory."""
+    Raises `EvalError` for a record of another run: a file copied over this one, or written
+    through another name, holds pairs this run never played. The file is read once to decide,
+    keeping one flag per record, and read again to write each part: never held whole (nor as
+    parsed records), as it may be larger than the memory."""
     keep: list[bool] = []
     done: set[tuple[str, int]] = set()
     attempt = 0
-    for number, (_, record) in enumerate(iter_records(path, stop=torn_start(path)), start=1):
+    torn = torn_start(path)
+    for number, (_, record) in enumerate(iter_records(path, stop=torn), start=1):
         key = example_of(record)
         tag = record.get(EVAL_KEY)
         if not isinstance(tag, dict):
@@ -464,15 +469,20 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
         if kept:
             done.add(key)
         keep.append(kept)
-    cut = recover_torn_tail(path)
     moved = keep.count(False)
-    if moved:
-        def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
-            return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is wanted)
 
-        _put_aside(replaced_path(path), lambda: lines(False))
-        write_atomically(path, lines(True))
-    return _Compacted(done, moved, run, attempt, cut)
+    def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
+        return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is wanted)
+
+    def repair() -> None:
+        recover_torn_tail(path)
+        if moved:
+            _put_aside(replaced_path(path), lambda: lines(False))
+            write_atomically(path, lines(True))
+            rehold(path)  # a new file was renamed over it: lock that one too
+
+    cut = path.stat().st_size - torn if torn is not None else 0
+    return _Compacted(done, moved, run, attempt, cut, repair)
 
 
 def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
@@ -535,14 +545,28 @@ class RunPlan:
     to_play: int = 0
     append: bool = False
     notes: list[str] = field(default_factory=list)
-    #: The records file, and the run file to write beside it (`write_run_file`).
+    #: The records file, and the run file to write beside it (`start`).
     out: Path | None = None
     run_file_text: str | None = None
+    #: What a resume repairs in the records (a torn last line, records played again), and what
+    #: it says of that: done by `repair`.
+    repairs: Callable[[], None] | None = None
+    repair_notes: list[str] = field(default_factory=list)
 
-    def write_run_file(self) -> None:
-        """Write the run file beside the records and, starting a run, remove the summary of the
-        run it replaces. Called once the run is sure to start (after its pre-flight): a command
-        refused before then leaves the run it would replace or continue as it was."""
+    def repair(self) -> None:
+        """Make the repairs a resume planned (once; nothing for a new run), saying what they were."""
+        repairs, self.repairs = self.repairs, None
+        if repairs is not None:
+            repairs()
+            for note in self.repair_notes:
+                print(f"envsdk rollout: {note}", file=sys.stderr)
+
+    def start(self) -> None:
+        """`repair`, then write the run file beside the records and, starting a run, remove the
+        summary of the run it replaces. Called once the run is sure to start (after its
+        pre-flight): a command refused before then leaves the run it would replace or continue
+        as it was."""
+        self.repair()
         if self.out is None or self.run_file_text is None:
             return
         path = run_file_path(self.out)
@@ -729,6 +753,8 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     moved = 0
     run_id, attempt = secrets.token_hex(8), 1
     notes: list[str] = []
+    repair_notes: list[str] = []
+    repairs: Callable[[], None] | None = None
     resuming = bool(args.resume and out is not None and out.is_file())
     dataset = getattr(args, "dataset", None)
     # Read once: a resume checks it against the run file's, and the run file keeps it.
@@ -758,6 +784,12 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 "with the rows as they were, or start a new --out"
             )
         began_with = previous.get(_OPTIONS_DIGEST)
+        if named is not None and not isinstance(began_with, str) and parser is not None and _holds_records(out):
+            raise EvalError(
+                f"--resume: {run_file} holds no {_OPTIONS_DIGEST} in its [run] table (deleted by hand, or written by an "
+                "earlier envsdk), so an edit of what the run plays cannot be told apart: put the line back, or start a "
+                "new --out"
+            )
         if isinstance(began_with, str) and parser is not None:
             try:
                 now = options_digest(options_from(document, parser, str(run_file)), parser, _CHANGEABLE_ON_RESUME)
@@ -771,13 +803,13 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                     "or start a new --out"
                 )
         compacted = _compact(out, named, run_file)
+        repairs = compacted.repair
         if compacted.cut:
-            notes.append(f"cut a torn last line ({compacted.cut} bytes) off {out}")
-        rehold(out)  # a compaction renamed a new file over it: lock that one too
+            repair_notes.append(f"cut a torn last line ({compacted.cut} bytes) off {out}")
         done, moved = compacted.done, compacted.moved
         if moved:
-            notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
-                         f"{replaced_path(out)}; they are played again")
+            repair_notes.append(f"{moved} record(s) that ended in an error (or repeated a pair) moved to "
+                                f"{replaced_path(out)}; they are played again")
         run_id = named or compacted.run or run_id
         stated = previous.get("attempt")
         attempt = max(stated if isinstance(stated, int) else 0, compacted.attempt) + 1
@@ -809,14 +841,15 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     text = None
     if out is not None and parser is not None:
         # Made here, so that a value a run file cannot hold is refused before anything plays;
-        # written by `RunPlan.write_run_file`.
+        # written by `RunPlan.start`.
         run: dict[str, Any] = {"id": run_id, "attempt": attempt, "examples": examples, "rollouts": rollouts}
         if dataset_digest is not None:
             run[_DATASET_DIGEST] = dataset_digest
         run[_OPTIONS_DIGEST] = options_digest(vars(args), parser, _CHANGEABLE_ON_RESUME)
         text = run_file_text(args, parser, run)
     return RunPlan(
-        run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes, out=out, run_file_text=text
+        run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes, out=out, run_file_text=text,
+        repairs=repairs, repair_notes=repair_notes,
     )
 
 
@@ -946,20 +979,42 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
     return new
 
 
+def _truth(value: Any) -> bool | None:
+    """`value` as a bool when it is one (Python's, or numpy's: a score built on ``np.all``)."""
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return bool(value)
+    return None
+
+
 def _reward_of(record: dict[str, Any], result: Any) -> tuple[float, bool | None]:
     """(reward, success) of what a score returned for `record` (see `rescore_record`)."""
     success: bool | None
-    if isinstance(result, bool):
-        reward, success = float(result), result
-    elif isinstance(result, (int, float)):
+    said = _truth(result)
+    if said is not None:
+        reward, success = float(said), said
+    elif isinstance(result, numbers.Real):  # numpy's numbers too
         reward, success = float(result), _stated(record)
-    elif isinstance(result, Mapping) and isinstance(result.get("reward"), (int, float)):
-        reward = float(result["reward"])
-        success = result["success"] if "success" in result else _stated(record)
-        if success is not None and not isinstance(success, bool):
+    elif isinstance(result, Mapping) and isinstance(result.get("reward"), numbers.Real):
+        unknown = sorted(map(str, set(result) - {"reward", "success"}))
+        if unknown:  # a misspelt "sucess" would be dropped without a word
             raise EvalError(
-                f"the score for record {record.get('uuid')} returned success {success!r}; expected true, false or None"
+                f"the score for record {record.get('uuid')} returned the key(s) {', '.join(map(repr, unknown))}; "
+                "a mapping holds 'reward' and optionally 'success'"
             )
+        reward = float(result["reward"])
+        success = _stated(record)
+        if "success" in result and result["success"] is None:
+            success = None
+        elif "success" in result:
+            success = _truth(result["success"])
+            if success is None:
+                raise EvalError(
+                    f"the score for record {record.get('uuid')} returned success {result['success']!r}; expected true, "
+                    "false or None"
+                )
     else:
         raise EvalError(
             f"the score for record {record.get('uuid')} returned {result!r}; expected a number, a bool "

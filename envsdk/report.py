@@ -316,18 +316,18 @@ def _groups_html(groups: EvalSummary) -> str:
     # Overall only up to the k every example reaches (`EvalSummary.pass_at`).
     overall = "".join(f"<td>{groups.pass_at[k]:.3f}</td>" if k in groups.pass_at else "<td>-</td>" for k in ks)
     rows = "\n".join(
-        f"<tr><td>{html.escape(g.example)}</td><td>{g.n}</td><td>{g.correct}</td><td>{g.mean_reward:.3f}</td>"
-        f"<td>{g.reward_std:.3f}</td>" + "".join(f"<td>{g.pass_at[k]:.3f}</td>" if k in g.pass_at else "<td>-</td>" for k in ks)
+        f"<tr><td>{html.escape(g.example)}</td><td>{g.n}</td><td>{g.correct}</td><td>{number_text(g.mean_reward)}</td>"
+        f"<td>{number_text(g.reward_std)}</td>" + "".join(f"<td>{g.pass_at[k]:.3f}</td>" if k in g.pass_at else "<td>-</td>" for k in ks)
         + "</tr>"
         for g in groups.groups
     )
     return f"""<h2>Groups and pass@k</h2>
-<p>{len(groups.groups)} examples · mean reward <b>{groups.mean_reward:.3f}</b> · zero reward variance in
+<p>{len(groups.groups)} examples · mean reward <b>{number_text(groups.mean_reward)}</b> · zero reward variance in
 <b>{groups.zero_variance_share:.1%}</b> of groups · {groups.unstated} record(s) without a stated success</p>
 <table>
 <thead><tr><th>example</th><th>n</th><th>correct</th><th>mean reward</th><th>std</th>{head}</tr></thead>
 <tbody>
-<tr><td><b>all</b></td><td></td><td></td><td>{groups.mean_reward:.3f}</td><td></td>{overall}</tr>
+<tr><td><b>all</b></td><td></td><td></td><td>{number_text(groups.mean_reward)}</td><td></td>{overall}</tr>
 {rows}
 </tbody>
 </table>"""
@@ -516,7 +516,14 @@ def write_report(path: str | Path, out_dir: str | Path | None = None) -> Report:
 
 
 def _label(path: Path) -> str:
-    return path.parent.name if path.stem == "completions" and path.parent.name else path.stem
+    label = path.parent.name if path.stem == "completions" and path.parent.name else path.stem
+    if label.strip("."):
+        return label
+    # Not "." or "..", which name no folder of their own under --out-dir but it or the one above
+    # it: "..jsonl" is labelled by its whole name, "../completions.jsonl" by the folder's name.
+    whole = path.resolve()
+    label = whole.parent.name if whole.stem == "completions" and whole.parent.name else whole.stem
+    return label if label.strip(".") else whole.name
 
 
 #: The comparison plot's name in the output folder, beside the labelled report folders: no label.
@@ -681,10 +688,16 @@ def _report_files(files: Sequence[Path], out_dir: Path | None) -> tuple[list[Rep
     folders = [out_dir / label if out_dir else _default_folder(f) for f, label in zip(files, labels, strict=True)]
     owners: dict[Path, Path] = {}
     for file, folder in zip(files, folders, strict=True):
+        if out_dir is not None and out_dir.resolve() not in folder.resolve().parents:
+            # A label of dots in a path ("a/.." for a/...jsonl) would write beside --out-dir's own files.
+            raise ReportError(f"{file}: its label {folder.relative_to(out_dir)} names no folder inside --out-dir {out_dir}")
         # Beside the files, x.jsonl and x.txt in one folder both write x_report/.
         if (owner := owners.setdefault(folder.resolve(), file)) is not file:
             raise ReportError(f"{folder}: the report folder of both {owner} and {file}; give --out-dir")
-    compare = (out_dir or _common_folder(files) / "comparison_report") / _COMPARE
+    common = _common_folder(files)
+    if out_dir is None and common == Path(common.anchor):
+        raise ReportError(f"the files share no folder but {common}, where comparison_report/ would go: give --out-dir")
+    compare = (out_dir or common / "comparison_report") / _COMPARE
     with _taken_back_on_failure() as made:
         for folder in (compare.parent, *folders):
             made.folder(folder)

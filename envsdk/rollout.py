@@ -1178,6 +1178,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except OSError as exc:
         return _cannot_write(args, exc)
     if plan.to_play == 0:
+        plan.repair()  # nothing to play, but a line torn off a record of a pair played twice
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
         print(finish_run(args.out))
         return 0
@@ -1187,7 +1188,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
     try:
-        plan.write_run_file()
+        plan.start()
     except OSError as exc:
         return _cannot_write(args, exc)
     with_messages = sum(1 for b in batches for r in b.requests if r.messages)
@@ -1213,6 +1214,8 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except (EnvNotFoundError, ValueError) as exc:
         print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:  # --out cannot be opened (a folder in its way, a read-only disk)
+        return _cannot_write(args, exc)
     except KeyboardInterrupt:
         total = sum(len(b.requests) for b in batches)
         # Said even where stdout or stderr is a closed pipe (`| head`, a logger gone): the

@@ -230,11 +230,12 @@ def write_run_file(
 
 def options_digest(values: Mapping[str, Any], parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> str:
     """The SHA-256 of the options in `values` (destination -> value: a namespace's, or
-    `options_from`'s of a run file) that a run file writes, but those in `skip`, as it writes
-    them: a run keeps it, so that a hand-edited run file is told from the one it wrote."""
+    `options_from`'s of a run file) that a run file writes, but those in `skip` and those at
+    their default (a line of one, deleted, plays the same), as it writes them: a run keeps it,
+    so that a hand-edited run file is told from the one it wrote."""
     lines = sorted(
         f"{dest} = {_toml_value(_written(values[dest]))}"
         for dest in written_options(parser)
-        if dest not in skip and values.get(dest) is not None
+        if dest not in skip and values.get(dest) is not None and values[dest] != parser.get_default(dest)
     )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()

@@ -20,6 +20,7 @@ import abc
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 from types import TracebackType
@@ -291,7 +292,8 @@ class TrajectoryWriter:
         self._failed = False
 
     def __enter__(self) -> TrajectoryWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The folder of the file itself: an --out that is a link may point into one not made yet.
+        Path(os.path.realpath(self.path)).parent.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as hold:
             # Opened without cutting it, held (its lock file, and the file itself now that it
             # exists), and only then cut: another process's records are not ours to cut.

@@ -121,6 +121,8 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
         # Taken as bool(), the string "false" was a success.
         (["--score", "bad_score.py:says_false"], ["success 'false'", "expected true, false or None"]),
         (["--weights", "correct"], ["name=number"]),
+        # A misspelt key was dropped without a word, the record keeping the success it had.
+        (["--score", "bad_score.py:misspelt"], ["'sucess'", "'reward' and optionally 'success'"]),
         # inf was taken, and the sums came out as "the score ... is not a finite number: nan".
         (["--weights", "correct=inf"], ["'correct=inf'", "a weight is a finite number"]),
         # The last weight of a name won without a word.
@@ -132,7 +134,8 @@ def test_rescore_does_not_replace_a_runs_records_unless_told(workdir: Path, serv
 def test_rescore_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     (tmp_path / "bad_score.py").write_text(
         "def returns_text(record):\n    return 'yes'\n\ndef huge(record):\n    return {'reward': 10**400}\n\n"
-        "def says_false(record):\n    return {'reward': 0.0, 'success': 'false'}\n", encoding="utf-8"
+        "def says_false(record):\n    return {'reward': 0.0, 'success': 'false'}\n\n"
+        "def misspelt(record):\n    return {'reward': 0.0, 'sucess': False}\n", encoding="utf-8"
     )
     line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
             "reward_components": {"correct": {"value": 1.0, "steps": []}, "valid_move": {"value": 0.5, "steps": []}}}
@@ -363,3 +366,22 @@ def test_rewards_near_the_largest_float_are_printed_in_exponent_form(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "1.7e+308" in done.stdout
     assert not any(len(word) > 30 for word in done.stdout.split())
+
+
+def test_a_score_may_answer_in_numpy_types(tmp_path: Path) -> None:
+    """A score built on numpy (np.all over test results) returns np.bool_ and np.float64: its
+    success was refused as not true, false or None."""
+    pytest.importorskip("numpy", reason="numpy comes with the test extra's torch; without it there is no numpy score")
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 0.0, "success": False,
+            "reward_components": {}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    (tmp_path / "np_score.py").write_text(
+        "import numpy as np\n\ndef score(record):\n    return {'reward': np.float64(0.5), 'success': np.all([True, True])}\n"
+        "\ndef flat(record):\n    return np.bool_(True)\n",
+        encoding="utf-8",
+    )
+    for func, reward in (("score", 0.5), ("flat", 1.0)):
+        done = envsdk("rescore", "c.jsonl", "--score", f"np_score.py:{func}", "--out", f"{func}.jsonl", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        rescored = json.loads((tmp_path / f"{func}.jsonl").read_text(encoding="utf-8"))
+        assert (rescored["total_reward"], rescored["success"]) == (reward, True)

@@ -73,6 +73,9 @@ def test_a_run_that_replaces_another_removes_its_summary_once_it_starts(tmp_path
         (lambda text: "".join(line for line in text.splitlines(keepends=True) if not line.startswith("max-turns")),
          "max-turns removed"),
         (lambda text: text.replace("seed = 0", "seed = 5"), "seed"),
+        # Without its digest line no edit could be told apart: the digest goes, the seed changes.
+        (lambda text: "".join(line for line in text.replace("seed = 0", "seed = 5").splitlines(keepends=True)
+                              if not line.startswith("options_sha256")), "digest removed"),
     ],
 )
 def test_a_resume_refuses_a_run_file_edited_by_hand(tmp_path: Path, edit, what: str) -> None:
@@ -88,10 +91,12 @@ def test_a_resume_refuses_a_run_file_edited_by_hand(tmp_path: Path, edit, what: 
     before = _files(tmp_path)
     refused = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
     assert refused.returncode == 2
-    assert_one_line_error(refused, "c.run.toml", "edited since the run began")
+    assert_one_line_error(refused, "c.run.toml", "options_sha256" if what == "digest removed" else "edited since the run")
     assert _files(tmp_path) == before
-    # How it runs may change by hand, and the edit put back resumes.
-    run_file.write_text(original.replace("concurrency = 8", "concurrency = 2"), encoding="utf-8")
+    # How it runs may change by hand, and a line of a default may go; the edit put back resumes.
+    harmless = original.replace("concurrency = 8", "concurrency = 2").replace('record = "lean"\n', "")
+    assert harmless != original and "record" not in harmless.split("[run]")[0]
+    run_file.write_text(harmless, encoding="utf-8")
     resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(by_pair(out)) == 6
@@ -118,3 +123,36 @@ def test_what_a_run_planned_is_read_from_its_run_file_wherever_the_report_runs(t
     out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:5]))
     reported = envsdk("report", "../sub/c.jsonl", "--out-dir", "rep", cwd=other)
     assert "cut short: the run planned 4 examples x 2 rollouts" in reported.stdout + reported.stderr
+
+
+def test_a_resume_refused_by_its_preflight_repairs_nothing_yet(tmp_path: Path) -> None:
+    """A resume cut the torn last line and moved the error records aside before its pre-flight
+    found no server: a run refused before it plays had changed the records (the usual case: the
+    server that left the error records is not back yet)."""
+    assert envsdk(*FROZEN, "--episodes", "3", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
+    out = tmp_path / "c.jsonl"
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+    failed = {**json.loads(lines[1]), "status": "error", "reason": "ConnectionError: gone"}
+    out.write_text("".join([lines[0], json.dumps(failed) + "\n", *lines[2:4], lines[4][:40]]), encoding="utf-8")
+    before = _files(tmp_path)
+    refused = envsdk("rollout", "--resume", "--out", "c.jsonl", "--base-url", "http://127.0.0.1:9", "--no-progress",
+                     cwd=tmp_path)
+    assert refused.returncode == 1
+    assert_one_line_error(refused, "http://127.0.0.1:9")
+    assert "cut a torn last line" not in refused.stderr and "moved to" not in refused.stderr
+    assert _files(tmp_path) == before
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "cut a torn last line (40 bytes)" in resumed.stderr and "1 record(s) that ended in an error" in resumed.stderr
+    assert len(by_pair(out)) == 6
+    assert [json.loads(line)["status"] for line in (tmp_path / "c.replaced.jsonl").read_text().splitlines()] == ["error"]
+
+
+def test_an_out_that_links_into_a_folder_not_made_yet_is_written_through(tmp_path: Path) -> None:
+    """The writer made the link's folder, not its target's: a traceback, and a run file left
+    beside no records."""
+    (tmp_path / "d.jsonl").symlink_to(Path("nodir") / "x.jsonl")
+    played = envsdk(*FROZEN, "--episodes", "2", "--out", "d.jsonl", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert (tmp_path / "d.jsonl").is_symlink()
+    assert len(by_pair(tmp_path / "nodir" / "x.jsonl")) == 4

@@ -151,3 +151,29 @@ def test_a_refused_report_takes_back_the_folders_it_made(tmp_path: Path, capsys:
     err = report_refused([str(first), str(second), "--out-dir", str(afile / "sub")], capsys)
     assert f"{afile / 'sub'}: cannot make the report folder: {afile} is not a folder" in err
     assert not (tmp_path / "a" / "completions_report").exists()
+
+
+@pytest.mark.timeout(90)
+def test_a_label_of_dots_writes_no_report_outside_the_out_dir(tmp_path: Path) -> None:
+    """'...jsonl' has the stem '..': its report went to <out-dir>/.., over the user's own
+    report.html there; '../completions.jsonl' took its label, '..', from the path as given."""
+    records = _rollouts("random", tmp_path / "r.jsonl")
+    folder = tmp_path / "P"
+    (folder / "sub").mkdir(parents=True)
+    dots = folder / "...jsonl"
+    dots.write_bytes(records.read_bytes())
+    (folder / "y.jsonl").write_bytes(records.read_bytes())
+    (folder / "sub" / "completions.jsonl").write_bytes(records.read_bytes())
+    (folder / "report.html").write_text("MY OWN PAGE", encoding="utf-8")
+    before = sorted(p.name for p in folder.iterdir())
+    out = folder / "R"
+    assert main(["report", str(dots), str(folder / "y.jsonl"), "--out-dir", str(out)]) == 0
+    assert (out / "...jsonl" / "report.html").is_file() and (out / "y" / "report.html").is_file()
+    assert (folder / "report.html").read_text(encoding="utf-8") == "MY OWN PAGE"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*before, "R"])
+    # The folder's name, not "..", labels a completions.jsonl given through "..".
+    from envsdk.report import _labels
+
+    inside = folder / "sub" / "inner"
+    inside.mkdir()
+    assert _labels([inside / ".." / "completions.jsonl", folder / "y.jsonl"]) == ["sub", "y"]
