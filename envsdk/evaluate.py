@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import copy
 import hashlib
@@ -470,6 +471,8 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
             done.add(key)
         keep.append(kept)
     moved = keep.count(False)
+    if moved:  # read now, so that a line in it that is not text refuses the resume before any repair
+        collections.deque(_whole_lines(replaced_path(path)), maxlen=0)
 
     def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
         return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is wanted)

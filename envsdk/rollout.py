@@ -1178,7 +1178,11 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except OSError as exc:
         return _cannot_write(args, exc)
     if plan.to_play == 0:
-        plan.repair()  # nothing to play, but a line torn off a record of a pair played twice
+        try:
+            plan.repair()  # nothing to play, but a line torn off a record of a pair played twice
+        except ValueError as exc:
+            print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
         print(finish_run(args.out))
         return 0
@@ -1191,6 +1195,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         plan.start()
     except OSError as exc:
         return _cannot_write(args, exc)
+    except ValueError as exc:  # the repairs read the records put aside before: a line not UTF-8
+        print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     with_messages = sum(1 for b in batches for r in b.requests if r.messages)
     if with_messages:
         print(

@@ -225,9 +225,11 @@ def test_a_line_that_is_not_utf8_is_named_in_one_line(workdir: Path, serve: Serv
         out.write_bytes(b"".join([*lines, lines[0]]))  # a pair twice: compaction moves one aside
         (workdir / "r.replaced.jsonl").write_bytes(lines[3] + bad)
         named = "r.replaced.jsonl:2: not UTF-8 text"
+    before = out.read_bytes()
     resumed = envsdk(*_rollout_args(url, "r.jsonl"), "--resume", cwd=workdir)
     assert resumed.returncode == 2
     assert_one_line_error(resumed, named)
+    assert out.read_bytes() == before  # refused before any repair
 
 
 def test_a_resume_neither_holds_its_records_file_nor_its_records_whole(workdir: Path, serve: ServeFn) -> None:
