@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import copy
 import hashlib
@@ -372,29 +371,37 @@ def torn_start(path: Path) -> int | None:
     return tail[0] if tail is not None and not tail[1] else None
 
 
+#: The longest unfinished last line that is read to learn whether it is a whole record missing
+#: only its newline; a longer one is cut as torn (its pair is played again), not read into memory.
+TAIL_READ_LIMIT = 64 << 20
+_TAIL_CHUNK = 1 << 20
+
+
 def _unfinished_tail(handle: IO[bytes]) -> tuple[int, bool] | None:
     """Where the last line of the open file starts and whether it is a whole JSON value, when it
-    lacks its newline; None when the file is empty or ends in one."""
+    lacks its newline; None when the file is empty or ends in one. The file is searched backwards
+    a chunk at a time, so a last line of gigabytes is never held (nor one above `TAIL_READ_LIMIT`)."""
     size = handle.seek(0, os.SEEK_END)
     if size == 0:
         return None
     handle.seek(size - 1)
     if handle.read(1) == b"\n":
         return None
-    # Read back at most one record's worth from the end to find the last newline.
-    window = min(size, 1 << 20)
-    while True:
-        handle.seek(size - window)
-        chunk = handle.read(window)
-        cut = chunk.rfind(b"\n")
-        if cut >= 0 or window == size:
+    start, end = 0, size
+    while end > 0:
+        begin = max(0, end - _TAIL_CHUNK)
+        handle.seek(begin)
+        cut = handle.read(end - begin).rfind(b"\n")
+        if cut >= 0:
+            start = begin + cut + 1
             break
-        window = min(size, window * 2)
-    start = size - window + cut + 1 if cut >= 0 else 0
+        end = begin
+    if size - start > TAIL_READ_LIMIT:
+        return start, False
     handle.seek(start)
     try:
         json.loads(handle.read())
-    except ValueError:
+    except (ValueError, RecursionError):
         return start, False
     return start, True
 
@@ -471,8 +478,8 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
             done.add(key)
         keep.append(kept)
     moved = keep.count(False)
-    if moved:  # read now, so that a line in it that is not text refuses the resume before any repair
-        collections.deque(_whole_lines(replaced_path(path)), maxlen=0)
+    # The lines already put aside, read now: one that is not text refuses the resume before any repair.
+    present = _line_digests(replaced_path(path)) if moved else set()
 
     def lines(wanted: bool) -> Iterator[str]:  # the records kept (True) or moved (False)
         return (line for (_, line), flag in zip(jsonl_lines(path), keep, strict=True) if flag is wanted)
@@ -480,7 +487,7 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
     def repair() -> None:
         recover_torn_tail(path)
         if moved:
-            _put_aside(replaced_path(path), lambda: lines(False))
+            _put_aside(replaced_path(path), lambda: lines(False), present)
             write_atomically(path, lines(True))
             rehold(path)  # a new file was renamed over it: lock that one too
 
@@ -488,15 +495,17 @@ def _compact(path: Path, run: str | None, run_file: Path) -> _Compacted:
     return _Compacted(done, moved, run, attempt, cut, repair)
 
 
-def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
+def _put_aside(aside: Path, moving: Callable[[], Iterable[str]], present: set[bytes] | None = None) -> None:
     """Add the lines `moving()` gives to the replaced-records file `aside`, each once. A
     compaction cut short (killed after it put its lines aside, before it rewrote the records
     file) left them there already, and one killed while it wrote them may have left a torn last
     line: it is cut, and the next compaction, which finds the same lines to move, writes only
     those not there yet. The file is replaced whole, so it is never torn again. It grows with
     every resumed run that replays errors, so it is read line by line, keeping a digest per line,
-    and `moving()` is read twice (to learn whether anything is new, then to write), never held."""
-    present = {_digest(line) for line in _whole_lines(aside)}
+    and `moving()` is read twice (to learn whether anything is new, then to write), never held.
+    `present`: those digests, when the caller has read them already."""
+    if present is None:
+        present = _line_digests(aside)
 
     def new_lines() -> Iterator[str]:
         seen = set(present)
@@ -509,6 +518,10 @@ def _put_aside(aside: Path, moving: Callable[[], Iterable[str]]) -> None:
 
     if (aside.is_file() and ends_unfinished(aside)) or next(new_lines(), None) is not None:
         write_atomically(aside, itertools.chain(_whole_lines(aside), new_lines()))
+
+
+def _line_digests(path: Path) -> set[bytes]:
+    return {_digest(line) for line in _whole_lines(path)}
 
 
 def _digest(line: str) -> bytes:

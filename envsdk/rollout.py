@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -1153,6 +1153,18 @@ def _cannot_write(args: argparse.Namespace, exc: OSError) -> int:
     return 2
 
 
+def _begin(args: argparse.Namespace, begin: Callable[[], None]) -> int | None:
+    """Run the plan's `repair` or `start`; the exit status when it failed, said in one line."""
+    try:
+        begin()
+    except OSError as exc:
+        return _cannot_write(args, exc)
+    except ValueError as exc:  # the repairs read the records put aside before: a line not UTF-8
+        print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    return None
+
+
 def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> int:
     from envsdk.preflight import PreflightError
     from envsdk.registry import PluginLoadError, load_plugins
@@ -1178,11 +1190,10 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except OSError as exc:
         return _cannot_write(args, exc)
     if plan.to_play == 0:
-        try:
-            plan.repair()  # nothing to play, but a line torn off a record of a pair played twice
-        except ValueError as exc:
-            print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
-            return 2
+        # Nothing to play, but a line torn off a record of a pair played twice is cut.
+        failed = _begin(args, plan.repair)
+        if failed is not None:
+            return failed
         print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
         print(finish_run(args.out))
         return 0
@@ -1191,13 +1202,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except PreflightError as exc:
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
-    try:
-        plan.start()
-    except OSError as exc:
-        return _cannot_write(args, exc)
-    except ValueError as exc:  # the repairs read the records put aside before: a line not UTF-8
-        print(f"envsdk rollout: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+    failed = _begin(args, plan.start)
+    if failed is not None:
+        return failed
     with_messages = sum(1 for b in batches for r in b.requests if r.messages)
     if with_messages:
         print(

@@ -21,8 +21,6 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envsdk.records import write_atomically
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -30,7 +28,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "RunFileError", "RUN_TABLE", "run_file_path", "read_run_file", "options_from", "parse_with", "written_options",
-    "write_run_file", "run_file_text", "options_digest",
+    "run_file_text", "options_digest",
 ]
 
 #: The table of a written run file that names the run; it is not an option.
@@ -215,17 +213,6 @@ def run_file_text(args: argparse.Namespace, parser: argparse.ArgumentParser, run
     lines += ["", f"[{RUN_TABLE}]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in run.items()]
     return "\n".join(lines) + "\n"
-
-
-def write_run_file(
-    path: str | Path, args: argparse.Namespace, parser: argparse.ArgumentParser, run: Mapping[str, Any]
-) -> Path:
-    """Write `run_file_text` to `path`, atomically (a reader sees the old file or the new one)."""
-    target = Path(path)
-    text = run_file_text(args, parser, run)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(target, text)
-    return target
 
 
 def options_digest(values: Mapping[str, Any], parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> str:

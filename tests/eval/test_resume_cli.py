@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from envsdk import evaluate
 from envsdk.evaluate import _put_aside, recover_torn_tail
 from envsdk.testing import stop_process
 from tests.cli.conftest import ENVSDK, ServeFn, assert_one_line_error, envsdk, start_interruptible, user_env
@@ -365,6 +366,33 @@ def test_recover_torn_tail_keeps_a_whole_record_missing_only_its_newline(tmp_pat
     assert recover_torn_tail(path) == len(b'{"b": ') and path.read_bytes() == b'{"a": 1}\n'
     path.write_bytes(b'{"b": ')
     assert recover_torn_tail(path) == 6 and path.read_bytes() == b""
+
+
+def test_an_unfinished_last_line_of_many_megabytes_is_not_read_into_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resume looks for a torn last line: the whole unfinished line was read back (in
+    ever doubling windows) and handed to the JSON parser, so a records file ending in gigabytes
+    without a newline was held in memory. Above the read limit (lowered here from 64 MB) it is
+    cut unread, and its pair played again."""
+    monkeypatch.setattr(evaluate, "TAIL_READ_LIMIT", 1 << 20, raising=False)
+    path = tmp_path / "c.jsonl"
+    head = json.dumps({"uuid": "kept"}) + "\n"
+    with path.open("w") as handle:
+        handle.write(head)
+        handle.write(json.dumps({"uuid": "torn", "pad": "x" * (24 << 20)}))  # whole, but 24 MB long
+    tracemalloc.start()
+    try:
+        start = evaluate.torn_start(path)
+        cut = recover_torn_tail(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, f"{peak / 1e6:.0f} MB held to find a torn last line"
+    assert start == len(head) and cut > 24 << 20 and path.read_text() == head
+    # Under the limit, a whole record missing only its newline is still kept.
+    path.write_text(head + json.dumps({"uuid": "whole", "pad": "x" * 1000}))
+    assert evaluate.torn_start(path) is None and recover_torn_tail(path) == 0 and path.read_text().endswith("}\n")
 
 
 def test_a_second_rollout_into_a_run_still_writing_is_refused_and_loses_nothing(workdir: Path, serve: ServeFn) -> None:
