@@ -716,7 +716,7 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--policy",
         default="auto",
         help=f"{', '.join(POLICY_NAMES)}, or 'module:Class' / 'file.py:Class' naming a policy made with "
-        "no arguments (default auto: the oracle for sudoku and frozen_lake, random replies otherwise)",
+        "no arguments (default auto: the oracle for sudoku, frozen_lake and coding, random replies otherwise)",
     )
     parser.add_argument(
         "--scheduler", default=None,
@@ -950,6 +950,9 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     check_rollouts(f"--episodes {args.episodes}", args.episodes, getattr(args, "rollouts_per_example", 1))
     check_env_name(default_env, base_url)
+    for key, option in (("seed", "--seed N (episode i plays seed N + i)"), ("name", "--env NAME")):
+        if key in (args.env_config or {}):
+            raise UsageError(f"--env-config: {key!r} is set for every episode by {option}; give that instead")
     given = {"base_url": base_url} if base_url is not None else {}
     _check_rows(default_env, {**(args.env_config or {}), "name": default_env, **given}, args, "--env-config")
     requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)

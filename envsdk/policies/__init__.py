@@ -84,7 +84,7 @@ def __getattr__(name: str) -> Any:
 def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
     """Build a policy by name.
 
-    * ``"oracle"``: the solver for `env_name` (``sudoku`` or ``frozen_lake``, any usual
+    * ``"oracle"``: the solver for `env_name` (``sudoku``, ``frozen_lake`` or ``coding``, any usual
       spelling such as ``Sudoku-v0``); `kwargs` go to its constructor;
     * ``"random"``: `RandomPolicy(env_name, **kwargs)` (e.g. ``seed=3``); any env;
     * ``"auto"``: the oracle when one knows `env_name`, else ``"random"`` (works for any env);

@@ -56,6 +56,9 @@ def test_a_new_run_refuses_to_overwrite_an_earlier_runs_records(tmp_path: Path) 
     [
         (["--env", "sudoku", "--base-url", "ftp://127.0.0.1:9/"], ["ftp://127.0.0.1:9/", "http", "ws"]),
         (["--env", "frozen_lake", "--env-config", '{"size": "big"}'], ["--env-config", "frozen_lake", '"size": "big"']),
+        # Each episode's seed and env are the runner's: these were dropped without a word.
+        (["--env", "frozen_lake", "--env-config", '{"seed": 5}'], ["--env-config", "'seed'", "--seed"]),
+        (["--env", "frozen_lake", "--env-config", '{"name": "sudoku"}'], ["--env-config", "'name'", "--env"]),
         # Every rollout is planned before the first plays: a billion filled the memory at 80 MB/s.
         (["--env", "frozen_lake", "--rollouts-per-example", "1000000000"], ["4000000000 rollouts", "1000000"]),
     ],
