@@ -845,14 +845,16 @@ def _on_server(env: str, base_url: BaseUrls | None) -> bool:
 
 def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, where: str) -> None:
     on_server = _on_server(env, config.get("base_url"))
+    # An option's own mistake: named by the row it was found in, not by an --env-config not given.
+    said = "" if where == "--env-config" else f"{where}: "
     if args.scheduler in _SERVER_SCHEDULERS and not on_server:
         raise UsageError(
-            f"{where}: --scheduler {args.scheduler} plays environment servers, but {env} has no "
+            f"{said}--scheduler {args.scheduler} plays environment servers, but {env} has no "
             f"base URL: give --base-url URL (or env_config.base_url), or drop --scheduler to play {env} here"
         )
     if args.formatter is not None and not on_server:
         raise UsageError(
-            f"{where}: --formatter renders a server's observations, and {env} is a local Env whose "
+            f"{said}--formatter renders a server's observations, and {env} is a local Env whose "
             "observations are its own text: drop --formatter (or serve it and pass --base-url)"
         )
     if args.scheduler is None or args.scheduler in ("gym", "openenv", "sudoku", "tools"):

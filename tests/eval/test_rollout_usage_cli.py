@@ -70,6 +70,16 @@ def test_usage_mistakes_are_refused_before_any_episode_plays(tmp_path: Path, arg
     assert not (tmp_path / "completions.jsonl").exists()
 
 
+@pytest.mark.parametrize("option", [["--formatter", "json"], ["--scheduler", "openenv"]])
+def test_an_option_that_does_not_fit_a_local_env_is_named_not_an_env_config_never_given(
+    tmp_path: Path, option: list[str]
+) -> None:
+    result = envsdk("rollout", "--env", "frozen_lake", *option, "--episodes", "2", "--no-progress", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, option[0], "frozen_lake")
+    assert "--env-config" not in result.stderr
+
+
 def test_a_run_of_more_rollouts_than_can_be_planned_is_refused_at_once(tmp_path: Path) -> None:
     result = envsdk("rollout", "--env", "frozen_lake", "--episodes", "1000000000", "--no-progress", cwd=tmp_path,
                     timeout=120)
