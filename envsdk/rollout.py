@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from envsdk._process import let_stdout_go
 from envsdk.env import RolloutRequest
@@ -774,8 +774,14 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
     if ":" in args.policy:
         from envsdk.registry import import_spec
 
-        custom: Policy = import_spec(args.policy)()
-        return custom
+        custom: Any = import_spec(args.policy)()
+        if not callable(getattr(custom, "act", None)):
+            # Refused here, not once per episode as an error record each.
+            raise UsageError(
+                f"--policy {args.policy}: expected a policy (an object with `async def act(messages)`), "
+                f"got {type(custom).__name__}"
+            )
+        return cast(Policy, custom)
     from envsdk.policies import RandomPolicy, make_policy
 
     kwargs: dict[str, Any] = {}

@@ -80,6 +80,18 @@ def test_an_option_that_does_not_fit_a_local_env_is_named_not_an_env_config_neve
     assert "--env-config" not in result.stderr
 
 
+def test_a_policy_that_cannot_act_is_refused_before_any_episode_plays(tmp_path: Path) -> None:
+    """Each episode ended in an error record ('... has no attribute act') instead."""
+    (tmp_path / "notapolicy.py").write_text("class NotAPolicy:\n    pass\n")
+    result = envsdk(
+        "rollout", "--env", "frozen_lake", "--policy", "notapolicy.py:NotAPolicy", "--episodes", "2", "--no-progress",
+        cwd=tmp_path, timeout=120,
+    )
+    assert result.returncode == 2
+    assert_one_line_error(result, "--policy notapolicy.py:NotAPolicy", "NotAPolicy", "act")
+    assert not (tmp_path / "completions.jsonl").exists()
+
+
 def test_a_run_of_more_rollouts_than_can_be_planned_is_refused_at_once(tmp_path: Path) -> None:
     result = envsdk("rollout", "--env", "frozen_lake", "--episodes", "1000000000", "--no-progress", cwd=tmp_path,
                     timeout=120)
