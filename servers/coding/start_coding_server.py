@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from envsdk.server.config import access_options, add_access_arguments
-from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
+from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -51,12 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from envsdk.server import serve
     from servers.coding.app import create_coding_app
 
-    # uvicorn re-raises the SIGTERM it handled: as SystemExit the app's shutdown still runs,
-    # so the warm sandboxes are closed instead of orphaned.
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    # A SIGTERM from here on closes the warm sandboxes too (`finally`), once they have started.
+    sigterm = SigtermDuringStartUp.install()
     options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
     app = create_coding_app(provider=args.sandbox, warm=args.warm, **options)
     try:
+        sigterm.arm()
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         app.state.envsdk_sandbox_pool.close()

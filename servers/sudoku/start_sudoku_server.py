@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
-from servers.textarena.start_textarena_server import exit_on_sigterm, positive_int
+from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -82,13 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from servers.sudoku.app import create_sudoku_app
     from servers.sudoku.environment import BoardPool
 
-    # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
-    # here, it still runs the `finally` below, so the board workers stop instead of orphaning.
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    # A SIGTERM from here on stops the board workers too (`finally`), once they have started.
+    sigterm = SigtermDuringStartUp.install()
     pool = BoardPool(workers=args.board_workers)
-    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
-    app = create_sudoku_app(args.env_id, board_pool=pool, **options)
     try:
+        options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+        app = create_sudoku_app(args.env_id, board_pool=pool, **options)
+        sigterm.arm()
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         pool.shutdown()

@@ -20,7 +20,9 @@ from envsdk.server.replicas import add_replica_arguments
 from servers.textarena.environment import DEFAULT_ENV_ID, check_env_id
 from servers.textarena.errors import TextArenaOptionError
 
-__all__ = ["build_parser", "main", "positive_int", "positive_float", "exit_on_sigterm"]
+__all__ = [
+    "TERMINATED", "SigtermDuringStartUp", "build_parser", "exit_on_sigterm", "main", "positive_float", "positive_int",
+]
 
 
 def positive_int(text: str) -> int:
@@ -121,9 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
     from servers.textarena.pool import GamePool
 
-    # uvicorn re-raises the SIGTERM it handled once it has shut down: turned into SystemExit
-    # here, it still runs the `finally` below, so the game workers stop instead of orphaning.
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    sigterm = SigtermDuringStartUp.install()
     pool = GamePool(
         workers=args.game_workers, task_timeout_s=args.generation_timeout_s, max_queued=args.max_queued_generations
     )
@@ -137,15 +137,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TextArenaOptionError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        sigterm.arm()
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         pool.shutdown()
     return 0
 
 
+#: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
+TERMINATED = 128 + signal.SIGTERM
+
+
 def exit_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM handler raising SystemExit, so the caller's ``finally`` blocks run."""
-    raise SystemExit(0)
+    """SIGTERM handler raising SystemExit(`TERMINATED`), so the caller's ``finally`` blocks run."""
+    raise SystemExit(TERMINATED)
+
+
+class SigtermDuringStartUp:
+    """A game server's SIGTERM handler (`install`). While the server starts, a SIGTERM is only
+    noted: raised as SystemExit wherever the main thread was, it could land in a finaliser
+    (which drops it: the server then served on) or in the start of a worker process (whose exit
+    then waited for a worker that waits for its parent). `arm`, called once the start-up is
+    done, exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
+    the caller's ``finally`` stops the workers (uvicorn re-raises the SIGTERM it handled once it
+    has shut down). The exit status is `TERMINATED`, as for any program a SIGTERM ended."""
+
+    def __init__(self) -> None:
+        self.noted = False
+        self.armed = False
+
+    @classmethod
+    def install(cls) -> SigtermDuringStartUp:
+        handler = cls()
+        signal.signal(signal.SIGTERM, handler)
+        return handler
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if not self.armed:
+            self.noted = True
+            return
+        raise SystemExit(TERMINATED)
+
+    def arm(self) -> None:
+        self.armed = True
+        if self.noted:
+            raise SystemExit(TERMINATED)
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:

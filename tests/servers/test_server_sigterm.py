@@ -1,0 +1,88 @@
+"""A game server stopped by SIGTERM, at any moment of its start-up or once it serves, exits
+with 143 (as the shell reports a program a SIGTERM ended) and leaves no process behind.
+
+A SIGTERM during start-up was raised as SystemExit wherever the main thread was: in a
+finaliser it was dropped (the server then served on), in the start of a worker process the
+exit waited forever for a worker waiting for its parent; and a server that had started exited
+with status 0, which a job runner reads as a clean finish."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envsdk.testing import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+TERMINATED = 128 + signal.SIGTERM
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _terminate(module: str, after_s: float | None) -> tuple[int | None, str]:
+    """Start `python -m module`, SIGTERM it `after_s` seconds in (None: once /health answers);
+    (its exit status, or None if it did not exit within 60 s; its stderr)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", module, "--port", str(port), "--log-level", "warning"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "ENVSDK_WEB": "0"},
+    )
+    try:
+        if after_s is None:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and server.poll() is None:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            else:
+                raise AssertionError("the server did not start")
+        else:
+            time.sleep(after_s)
+        server.send_signal(signal.SIGTERM)
+        try:
+            status: int | None = server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            status = None
+        assert _group_gone(server.pid, 15), "a process of the server's group outlived it"
+        return status, server.communicate(timeout=10)[1] if status is not None else ""
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+def test_a_serving_game_server_exits_143_on_sigterm_and_leaves_no_process(module: str) -> None:
+    status, stderr = _terminate(module, None)
+    assert status == TERMINATED, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_a_sigterm_at_any_moment_of_the_start_up_stops_the_server() -> None:
+    # From Python's start to the first request served: imports, the game workers' start, uvicorn's.
+    for after_s in (0.3, 0.7, 1.0, 1.2, 1.4, 1.7, 2.2):
+        status, stderr = _terminate("servers.sudoku", after_s)
+        # Killed by the signal itself (-15) before the handler exists, else exited with 143.
+        assert status in (TERMINATED, -signal.SIGTERM), f"SIGTERM {after_s} s in: status {status}\n{stderr[-2000:]}"
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-2000:]
