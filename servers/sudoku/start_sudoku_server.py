@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
     # Imported late so that --help and a bad env id answer without loading the server.
     from envsdk.server import serve
+    from envsdk.server.launch import PortInUseError
     from servers.sudoku.app import create_sudoku_app
     from servers.sudoku.environment import BoardPool
 
@@ -88,7 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
         app = create_sudoku_app(args.env_id, board_pool=pool, **options)
         sigterm.arm()
-        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        try:
+            serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        except PortInUseError as exc:  # another server there: one line, not a traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     finally:
         pool.shutdown()
     return 0

@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
     # Imported late so that --help and a bad env id answer without loading the server.
     from envsdk.server import serve
+    from envsdk.server.launch import PortInUseError
     from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
     from servers.textarena.pool import GamePool
 
@@ -138,7 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         sigterm.arm()
-        serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        try:
+            serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        except PortInUseError as exc:  # another server there: one line, not a traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     finally:
         pool.shutdown()
     return 0

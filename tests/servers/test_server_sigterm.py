@@ -86,3 +86,23 @@ def test_a_sigterm_at_any_moment_of_the_start_up_stops_the_server() -> None:
         # Killed by the signal itself (-15) before the handler exists, else exited with 143.
         assert status in (TERMINATED, -signal.SIGTERM), f"SIGTERM {after_s} s in: status {status}\n{stderr[-2000:]}"
         assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-2000:]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+def test_a_game_server_on_a_port_in_use_says_so_in_one_line(module: str) -> None:
+    """It was a PortInUseError traceback (`envsdk serve` said one line for the same case)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--port", str(port)], cwd=REPO, capture_output=True, text=True,
+            timeout=180, env={**os.environ, "ENVSDK_WEB": "0"}, start_new_session=True,
+        )
+    assert done.returncode == 1, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
+    assert f"port {port}" in lines[0] and "in use" in lines[0]
