@@ -64,6 +64,12 @@ def import_spec(spec: str) -> Any:
                     " the Python path (run from the folder that holds it, or name the file: path/to/file.py:Name)"
                 ) from None
             raise ImportError(f"cannot import {module_part!r}: {exc}", name=exc.name) from None
+        except ImportError:
+            raise
+        except Exception as exc:  # the module raised while imported (a syntax error, its own code)
+            raise PluginLoadError(
+                f"module {module_part!r} raised while being imported: {type(exc).__name__}: {' '.join(str(exc).split())}"
+            ) from exc
     obj = module
     for part in attribute.split("."):
         try:

@@ -52,6 +52,20 @@ def test_a_score_function_that_raises_is_one_line_naming_it_and_the_exception(fo
 # 2: a port already taken ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("source", "said"), [("def f(:\n", "SyntaxError"), ("raise RuntimeError('boom')\n", "boom")])
+@pytest.mark.parametrize("command", ["serve", "rollout"])
+def test_a_module_that_raises_while_imported_is_one_line_naming_it(
+    tmp_path: Path, source: str, said: str, command: str
+) -> None:
+    """A `module:Name` whose import raised gave the module's whole traceback (the `file.py:Name`
+    form already said it in one line)."""
+    (tmp_path / "broken_module.py").write_text(source)
+    args = ["serve", "broken_module:X"] if command == "serve" else ["rollout", "--env", "broken_module:X", "--episodes", "1"]
+    ran = envsdk(*args, cwd=tmp_path, timeout=60)
+    line = _error_line(ran, command)
+    assert ran.returncode == 2 and "broken_module" in line and said in line, line
+
+
 def test_serving_on_a_taken_port_says_so_before_starting(folder: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
