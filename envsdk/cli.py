@@ -157,12 +157,19 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--port {args.port} is not a port number (0-65535)")
     if args.replicas > 1 or args.replicas_file:
         return _run_replicas(args)
+    from envsdk.server.config import ServerConfig, ServerEnvironmentError
+
     try:
+        # The options environment variables set, checked before the target is imported: a
+        # module may build its app (and so read them) while it is imported.
+        ServerConfig()
         app = _build_app(args)
     except ValidationError as exc:
         if exc.title != "ServerConfig":
             raise
         raise CommandError(_option_error(exc)) from None
+    except ServerEnvironmentError as exc:
+        raise CommandError(str(exc)) from None
     try:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     except PortInUseError as exc:
@@ -174,11 +181,14 @@ def _option_error(exc: ValidationError) -> str:
     """The server options `exc` refuses, each as its flag, the value given and the bound it
     misses (pydantic's message), in one bounded line."""
     from envsdk.protocol import validation_errors, validation_message
+    from envsdk.server.config import ENVIRONMENT_VARIABLES
 
     errors = validation_errors(exc)
     for error in errors:
         field = str(error["loc"][0]) if error.get("loc") else "option"
-        error["loc"] = [f"--{field.replace('_', '-')} {error.get('input')}"]
+        # `serve` has a flag for the capacity alone: another option came from its environment variable.
+        variable = ENVIRONMENT_VARIABLES.get(field) if field != "max_concurrent_envs" else None
+        error["loc"] = [f"{variable}={error.get('input')}" if variable else f"--{field.replace('_', '-')} {error.get('input')}"]
     return validation_message("invalid server option", errors)
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S"]
+__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES"]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
@@ -24,6 +24,19 @@ building, resetting and stepping is OpenEnv's client message timeout (a reply la
 reaches nobody); `state` is a read and `close` a release, so theirs are short."""
 
 
+class ServerEnvironmentError(ValueError):
+    """An environment variable that sets a server option holds a value it cannot take."""
+
+
+#: The options a `ServerConfig` reads from an environment variable when not given, by field.
+ENVIRONMENT_VARIABLES = {
+    "max_concurrent_envs": "MAX_CONCURRENT_ENVS", "lane_wait_s": "ENVSDK_LANE_WAIT_S",
+    "max_body_bytes": "ENVSDK_MAX_BODY_BYTES", "handshake_timeout_s": "ENVSDK_HANDSHAKE_TIMEOUT_S",
+    "first_frame_timeout_s": "ENVSDK_FIRST_FRAME_TIMEOUT_S", "ws_ping_interval_s": "ENVSDK_WS_PING_INTERVAL_S",
+    "ws_ping_timeout_s": "ENVSDK_WS_PING_TIMEOUT_S", "web": "ENVSDK_WEB", "mode": "OPENENV_MODE",
+}
+
+
 def _default_max_concurrent_envs() -> int:
     raw = os.environ.get("MAX_CONCURRENT_ENVS")
     if raw is None or raw.strip() == "":
@@ -31,9 +44,9 @@ def _default_max_concurrent_envs() -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}") from None
+        raise ServerEnvironmentError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}") from None
     if value < 1:
-        raise ValueError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}")
+        raise ServerEnvironmentError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}")
     return value
 
 
@@ -43,7 +56,7 @@ def _default_web() -> bool:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"ENVSDK_WEB must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
+    raise ServerEnvironmentError(f"ENVSDK_WEB must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
 def _default_token() -> SecretStr | None:
@@ -54,7 +67,7 @@ def _default_token() -> SecretStr | None:
 def _default_mode() -> Literal["simulation", "production"]:
     raw = os.environ.get("OPENENV_MODE", "").strip().lower() or "simulation"
     if raw not in ("simulation", "production"):
-        raise ValueError(f"OPENENV_MODE must be 'simulation' or 'production', got {raw!r}")
+        raise ServerEnvironmentError(f"OPENENV_MODE must be 'simulation' or 'production', got {raw!r}")
     return "production" if raw == "production" else "simulation"
 
 
@@ -68,7 +81,7 @@ def _env_number(name: str, default: float | None, kind: type[float] | type[int] 
     try:
         return kind(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number (or 'none'), got {raw!r}") from None
+        raise ServerEnvironmentError(f"{name} must be a number (or 'none'), got {raw!r}") from None
 
 
 def _default_allowed_hosts() -> tuple[str, ...] | None:
@@ -79,7 +92,8 @@ def _default_allowed_hosts() -> tuple[str, ...] | None:
 class ServerConfig(BaseModel):
     """How a server built by `create_app` behaves. Immutable; build a new one to change it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Defaults read from environment variables are checked against the same bounds as given values.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     max_concurrent_envs: int = Field(
         default_factory=_default_max_concurrent_envs,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import REPO, Result, assert_one_line_error, envsdk
+from tests.cli.conftest import REPO, Result, assert_one_line_error, envsdk, user_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -64,6 +64,23 @@ def test_a_module_that_raises_while_imported_is_one_line_naming_it(
     ran = envsdk(*args, cwd=tmp_path, timeout=60)
     line = _error_line(ran, command)
     assert ran.returncode == 2 and "broken_module" in line and said in line, line
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("ENVSDK_WEB", "maybe"), ("ENVSDK_FIRST_FRAME_TIMEOUT_S", "abc"), ("ENVSDK_FIRST_FRAME_TIMEOUT_S", "-1"),
+     ("ENVSDK_MAX_BODY_BYTES", "-5")],
+)
+def test_a_server_option_set_by_a_bad_environment_variable_names_the_variable(
+    folder: Path, variable: str, value: str
+) -> None:
+    """A value that is not one was a traceback; one out of bounds (-1) was taken without a word
+    (a default read from the environment was never checked); and pydantic's refusals named
+    flags `serve` does not have (--first-frame-timeout-s)."""
+    served = envsdk("serve", "my_env:MyEnv", "--port", "0", cwd=folder, timeout=60, env={**user_env(), variable: value})
+    line = _error_line(served, "serve")
+    assert served.returncode == 2 and variable in line, line
+    assert "--" not in line.replace("envsdk serve", ""), line
 
 
 def test_serving_on_a_taken_port_says_so_before_starting(folder: Path) -> None:
