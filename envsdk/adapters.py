@@ -30,7 +30,7 @@ from envsdk.client import EnvClient, InProcessTransport
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.formats import ObservationFormatter, formatter_for, observation_json
-from envsdk.protocol import ErrorCode
+from envsdk.protocol import ErrorCode, FrameError, shorten_input
 from envsdk.registry import envs
 from envsdk.rewards.parts import REWARD_COMPONENTS, components_from
 from envsdk.server import ServerConfig, create_app
@@ -119,10 +119,18 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
             uuid=uuid or episode_id or uuid_module.uuid4().hex,
         )
         await self.close()
-        self._env = self.env_cls(config)
         self._done = False
         self._state = State(episode_id=episode_id or request.uuid, step_count=0)
-        observation, info, system_message = await self._env.reset(request)
+        try:
+            self._env = self.env_cls(config)
+            observation, info, system_message = await self._env.reset(request)
+        except (ValueError, TypeError) as exc:
+            # An Env refuses a config it cannot play ({"size": 100000}, {"size": "big"}) with a
+            # ValueError or TypeError, as `envsdk rollout`'s pre-flight reads it too: the client
+            # is told its request was invalid, not that the env broke.
+            raise FrameError(
+                ErrorCode.VALIDATION_ERROR, f"{self.env_cls.__name__} refuses its reset: {shorten_input(str(exc))}"
+            ) from exc
         return ChatObservation(text=observation, info=info, system_message=system_message, reward=0.0)
 
     async def step(self, action: ChatAction) -> ChatObservation:

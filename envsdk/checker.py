@@ -66,6 +66,7 @@ __all__ = [
     "WARNINGS",
     "DEFAULT_REPLIES",
     "DEFAULT_CALL_TIMEOUT_S",
+    "MAX_CONCURRENCY",
     "EnvCheckError",
     "CheckOptionError",
     "CheckReport",
@@ -987,6 +988,11 @@ async def _check(
     return report
 
 
+#: The most concurrent resets a check makes: each is a fresh env (a thread of its own for a sync
+#: one), so a larger crowd exhausts the process, not the env.
+MAX_CONCURRENCY = 256
+
+
 def check_env(
     target: Any,
     *,
@@ -1011,6 +1017,12 @@ def check_env(
         target = resolve_target(target)
     if concurrency < 2:
         raise ValueError(f"concurrency must be at least 2 to test concurrent seeding, got {concurrency}")
+    if concurrency > MAX_CONCURRENCY:
+        raise ValueError(
+            f"concurrency must be at most {MAX_CONCURRENCY} (one thread or env per reset), got {concurrency}"
+        )
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be at least 1 (no step would be checked), got {max_steps}")
     if not replies:
         raise ValueError("replies must not be empty")
     if not (math.isfinite(call_timeout) and call_timeout > 0):
@@ -1111,8 +1123,8 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="extend", default=[], metavar="FILE", help="plugin files to import first",
     )
     parser.add_argument("--seed", type=int, default=0, help="the seed to check with (default 0)")
-    parser.add_argument("--concurrency", type=int, default=16, help="concurrent resets (default 16)")
-    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most (default 50)")
+    parser.add_argument("--concurrency", type=int, default=16, help=f"concurrent resets, 2 to {MAX_CONCURRENCY} (default 16)")
+    parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most, >= 1 (default 50)")
     parser.add_argument(
         "--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
         help=f"deadline of one env call (reset, step, close, a tool); a call past it breaks its rule"
@@ -1149,6 +1161,16 @@ def run_check_env(args: argparse.Namespace) -> int:
 
 
 def _judge(args: argparse.Namespace) -> int:
+    # The options are checked before the target is imported: a bad one is the caller's mistake.
+    if not 2 <= args.concurrency <= MAX_CONCURRENCY:
+        print(
+            f"envsdk check-env: error: --concurrency must be between 2 and {MAX_CONCURRENCY}, got {args.concurrency}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.max_steps < 1:
+        print(f"envsdk check-env: error: --max-steps must be >= 1, got {args.max_steps}", file=sys.stderr)
+        return 2
     try:
         load_plugins(args.external_plugins)
         target = resolve_target(args.target)

@@ -228,3 +228,39 @@ def test_example_dataset_has_128_rows_with_seeds_0_to_127() -> None:
         {"messages": [{"role": "user", "content": "<placeholder>"}], "env_config": {"name": "frozen_lake", "seed": i}}
         for i in range(128)
     ]
+
+
+@pytest.mark.parametrize("cfg", [{"size": 65}, {"size": 100_000}, {"map": "/".join(["SG" + "F" * 63] + ["F" * 65] * 64)}])
+async def test_a_map_above_the_size_bound_is_refused_with_the_bound(cfg: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="<= 64"):
+        await FrozenLakeEnv().reset(_request(1, **cfg))
+
+
+async def test_the_largest_map_is_played() -> None:
+    env = FrozenLakeEnv({"rubric": "shaped"})
+    observation, _, _ = await env.reset(_request(1, size=64))
+    assert env.game is not None and env.game.size == 64 and len(observation) < 10_000
+    await env.step(_reply("<action>up</action>"))
+
+
+async def test_reset_and_step_play_the_game_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    loop_thread = threading.current_thread()
+    seen: list[str] = []
+    generate, move = FrozenLakeGame.generate.__func__, FrozenLakeGame.move  # type: ignore[attr-defined]
+
+    def watched_generate(cls: type[FrozenLakeGame], *args: Any, **kwargs: Any) -> FrozenLakeGame:
+        seen.append("generate" if threading.current_thread() is not loop_thread else "generate on the loop")
+        return generate(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def watched_move(self: FrozenLakeGame, direction: str) -> Any:
+        seen.append("move" if threading.current_thread() is not loop_thread else "move on the loop")
+        return move(self, direction)
+
+    monkeypatch.setattr(FrozenLakeGame, "generate", classmethod(watched_generate))
+    monkeypatch.setattr(FrozenLakeGame, "move", watched_move)
+    env = FrozenLakeEnv({"rubric": "shaped"})
+    await env.reset(_request(3, size=8))
+    await env.step(_reply("<action>left</action>"))
+    assert seen == ["generate", "move"]

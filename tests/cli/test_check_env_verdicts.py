@@ -296,3 +296,41 @@ def test_check_env_returns_a_verdict_while_the_env_call_still_blocks() -> None:
         _RELEASE.set()  # the abandoned call returns and the check's thread ends
     assert caught.value.rule == "reset.returns" and "did not return within 1 s" in caught.value.detail
     assert elapsed < 1 + 10
+
+
+# ------------------------------------------------------------------ options that would check nothing
+
+STEP_RAISES = """
+class StepRaises(Sound):
+    def step(self, action: Move) -> Seen:
+        raise RuntimeError("step is broken")
+"""
+
+
+@pytest.mark.parametrize("steps", ["0", "-1"])
+def test_max_steps_below_one_is_a_usage_error_not_a_pass(tmp_path: Path, steps: str) -> None:
+    result, _ = check(tmp_path, STEP_RAISES, "StepRaises", "--max-steps", steps)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("envsdk check-env: error: --max-steps"), result.stderr
+    assert "passed" not in result.stdout, result.stdout
+    # the same env with a step to play is failed, as it should be
+    failed, _ = check(tmp_path, STEP_RAISES, "StepRaises", "--max-steps", "1")
+    assert_failed(failed, "step.returns", "step is broken")
+
+
+@pytest.mark.parametrize("concurrency", ["100000", "257", "1", "0", "-5"])
+def test_a_concurrency_out_of_bounds_is_a_usage_error_not_the_envs_fault(tmp_path: Path, concurrency: str) -> None:
+    result, elapsed = check(tmp_path, "", "Sound", "--concurrency", concurrency)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("envsdk check-env: error: --concurrency"), result.stderr
+    assert "256" in lines[0] and "FAILED" not in result.stderr, result.stderr
+    assert elapsed < 30
+
+
+def test_check_env_refuses_steps_and_crowds_it_cannot_check() -> None:
+    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+        check_env(EchoEnvironment, max_steps=0)
+    with pytest.raises(ValueError, match="at most 256"):
+        check_env(EchoEnvironment, concurrency=100_000)
