@@ -6,6 +6,7 @@ Each class says what went wrong; server-side errors keep every field of the erro
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -23,7 +24,25 @@ __all__ = [
     "EnvNotFoundError",
     "ToolCallError",
     "RequestEncodingError",
+    "BaseUrlError",
+    "mask_secrets",
 ]
+
+# ``token=…`` / ``resume_token=…`` in a query string, and the ``user:password@`` of a URL.
+# A value ends at the query's next ``&``, or where the message goes on (a quote, a space, ``: ``).
+_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&#\s\"'\\)]*?(?=[&#\s\"'\\)]|:\s|:?$)")
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s\"']*@")
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with every URL's secrets masked (``***``): the values of ``token=`` and
+    ``resume_token=`` (a resume token lets whoever reads it take the session over) and a URL's
+    ``user:password@``. Applied to every message that may carry a URL."""
+    if "token=" in text:
+        text = _SECRET_QUERY.sub(r"\1=***", text)
+    if "@" in text:
+        text = _USERINFO.sub(r"\1***@", text)
+    return text
 
 
 class EnvSDKError(Exception):
@@ -38,6 +57,18 @@ class RequestEncodingError(EnvSDKError, ValueError):
     """A request holds what a JSON frame cannot carry (a lone surrogate such as ``"\\ud800"``, which
     UTF-8 has no form for; a value JSON has no type for): nothing was sent, and the session is
     as it was. A `ValueError`, as the serialiser's own error was."""
+
+
+class BaseUrlError(EnvSDKError, ValueError):
+    """A server's base URL that no connection can be made with (no scheme or host, a port that
+    is not a number from 0 to 65535, an unclosed IPv6 address, a user name or password in it).
+    A `ValueError`, as the client's refusals of a URL always were. ``url`` is the URL as it may
+    be shown (its secrets masked), ``problem`` what is wrong with it."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        super().__init__(f"base_url {url!r} {problem}")
+        self.url = url
+        self.problem = problem
 
 
 class ConnectError(EnvSDKError):

@@ -300,14 +300,27 @@ URL_SCHEMES = ("http", "https", "ws", "wss")
 
 def check_base_url(url: str) -> None:
     """Raise `UsageError` for a ``host:port`` given without its scheme (it would be taken for a
-    pool name and fail once per episode), or a URL of another scheme than `URL_SCHEMES`."""
+    pool name and fail once per episode), a URL of another scheme than `URL_SCHEMES`, or one
+    that no connection can be made with (`websocket_url` says why: a bad port, an unclosed IPv6
+    address, a password in it); a message never repeats a URL's password."""
     import re
+
+    from envsdk.client.client import websocket_url
+    from envsdk.errors import BaseUrlError, mask_secrets
 
     if re.fullmatch(r"[\w.-]+:\d+(/.*)?", url) or re.fullmatch(r"\[[0-9a-fA-F:]+\]:\d+(/.*)?", url):
         raise UsageError(f"--base-url {url!r} has no scheme: use 'http://{url}'")
     scheme, sep, _ = url.partition("://")
     if sep and scheme.lower() not in URL_SCHEMES:
-        raise UsageError(f"--base-url {url!r}: an environment server's URL starts with {', '.join(s + '://' for s in URL_SCHEMES)}")
+        raise UsageError(
+            f"--base-url {mask_secrets(url)!r}: an environment server's URL starts with "
+            f"{', '.join(s + '://' for s in URL_SCHEMES)}"
+        )
+    if sep:
+        try:
+            websocket_url(url)
+        except BaseUrlError as exc:
+            raise UsageError(f"--base-url {exc.url!r} {exc.problem}") from None
     if not sep:
         from envsdk.client.pool import is_pool_spec
 

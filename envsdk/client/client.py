@@ -34,6 +34,7 @@ from envsdk.client.transports import (
 )
 from envsdk.errors import (
     AuthenticationError,
+    BaseUrlError,
     CapacityError,
     ConnectError,
     EnvSDKError,
@@ -46,6 +47,7 @@ from envsdk.errors import (
     ServerShutdownError,
     SessionLostError,
     ToolCallError,
+    mask_secrets,
 )
 from envsdk.protocol import (
     SHUTDOWN_CLOSE_REASON,
@@ -148,19 +150,34 @@ def websocket_url(base_url: str) -> str:
     """The ``/ws`` URL of a server given as ``http``, ``https``, ``ws`` or ``wss`` base URL.
 
     ``http://h:8000/prefix`` becomes ``ws://h:8000/prefix/ws``; a path already ending in
-    ``/ws`` is kept; a query string is kept.
+    ``/ws`` is kept; a query string is kept. A URL no connection can be made with raises
+    `BaseUrlError` (a `ValueError`) saying what is wrong, here rather than at the first connect
+    (where it was a bare ``ValueError`` of urllib's, or a misleading "connection refused").
     """
-    parts = urlsplit(base_url.strip())
+    shown = mask_secrets(base_url)  # a refusal never repeats a password
+    try:
+        parts = urlsplit(base_url.strip())
+    except ValueError as exc:  # "Invalid IPv6 URL": a '[' without its ']'
+        raise BaseUrlError(shown, f"is not a URL ({exc})") from None
     scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme.lower())
     if scheme is None or not parts.netloc:
-        raise ValueError(
-            f"base_url must be an http://, https://, ws:// or wss:// URL with a host, got {base_url!r}"
+        raise BaseUrlError(shown, "is not an http://, https://, ws:// or wss:// URL with a host")
+    if "@" in parts.netloc:
+        raise BaseUrlError(
+            shown, "holds a user name or password, which envsdk does not send: drop it "
+            "(a server's token goes in $ENVSDK_TOKEN)"
         )
+    try:
+        _ = parts.port  # urllib checks the port only when it is read
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+        what = "is not a number" if not port.isdigit() else "is not in 0 to 65535"
+        raise BaseUrlError(shown, f"has a port, {port!r}, that {what}") from None
     path = parts.path.rstrip("/")
     if path.endswith("/web"):
         # The page's address, copied from the browser: the session lives at the server's root.
         root = urlunsplit((parts.scheme, parts.netloc, path[: -len("/web")], "", ""))
-        raise ValueError(f"{base_url!r} is the server's web page, not its API: use the base URL {root!r}")
+        raise BaseUrlError(shown, f"is the server's web page, not its API: use the base URL {mask_secrets(root)!r}")
     if not path.endswith(WS_PATH):
         path += WS_PATH
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
@@ -609,8 +626,10 @@ class EnvClient:
     ) -> SessionLostError:
         """Mark the session lost for good; the connection is closed in the background."""
         sid = self.session_id
+        # `reason` may quote a resume URL (a failed reconnect): its token would let a reader take
+        # the session over, and the message is logged and written into records.
         self._lost = cls(
-            f"Session {sid or '(openenv)'} lost: {reason}", session_id=sid, code=code, details=details
+            mask_secrets(f"Session {sid or '(openenv)'} lost: {reason}"), session_id=sid, code=code, details=details
         )
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -629,7 +648,9 @@ class EnvClient:
         conn, self._conn = self._conn, None
         # Marked before awaiting anything: a cancellation must not leave the session usable.
         error = self._mark_lost(reason, cls=cls, code=code, details=details)
-        logger.warning("%s", error)
+        # INFO, not WARNING: the error raised says the same, and whoever catches it says it once
+        # (a scheduler logs the episode's error); a warning here made it two lines per episode.
+        logger.info("%s", error)
         if conn is not None:
             await conn.close(CloseCode.GOING_AWAY.value)
         return error

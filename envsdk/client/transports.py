@@ -27,7 +27,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from envsdk.client.config import Keepalive, Timeouts
-from envsdk.errors import ConnectError
+from envsdk.errors import ConnectError, mask_secrets
 
 __all__ = [
     "ConnectionSettings",
@@ -172,7 +172,8 @@ class WebSocketTransport:
                 compression=self.compression,
             )
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise ConnectError(f"Could not open a WebSocket to {url}: {exc!r}") from exc
+            # A resume's URL carries its token: a message is logged and kept in records.
+            raise ConnectError(mask_secrets(f"Could not open a WebSocket to {url}: {exc!r}")) from exc
         return _WebSocketConnection(ws)
 
 

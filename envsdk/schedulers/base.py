@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
+from envsdk.errors import mask_secrets
 from envsdk.records import (
     RecordError,
     RecordForm,
@@ -224,8 +225,9 @@ class MultiTurnScheduler(abc.ABC):
             raise
         except Exception as exc:  # isolation: one environment's failure ends only its trajectory
             trajectory.error_kind = type(exc).__name__
-            trajectory.finish("error", f"{type(exc).__name__}: {exc}")
-            logger.warning("trajectory %s ended with an error: %r", trajectory.uuid, exc)
+            # Masked again here: an env's or a transport's own error may quote a resume URL.
+            trajectory.finish("error", mask_secrets(f"{type(exc).__name__}: {exc}"))
+            logger.warning("trajectory %s ended with an error: %s", trajectory.uuid, mask_secrets(repr(exc)))
         finally:
             try:
                 await self.on_trajectory_end(trajectory)

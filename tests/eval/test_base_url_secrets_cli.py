@@ -1,0 +1,95 @@
+"""An attacker's findings on ``envsdk rollout --base-url``: a lost server's resume URL (with its
+secret token) in stderr and records, and malformed base URLs answered with tracebacks."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envsdk.client.sync import OpenEnvWrapper
+from envsdk.errors import EnvSDKError
+from envsdk.testing import free_port, stop_process
+from tests.cli.conftest import ENVSDK, REPO, assert_one_line_error, envsdk, user_env
+
+pytestmark = pytest.mark.timeout(240)
+
+# A resume token's value; a masked one reads ``resume_token=***``.
+_TOKEN = re.compile(r"resume_token=(?!\*\*\*)[^&\s\"'\\)]+")
+
+
+def test_a_server_killed_mid_run_leaks_no_resume_token_into_stderr_or_records(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "servers.sudoku", "--port", str(port)], cwd=REPO, env=user_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    rollout: subprocess.Popen[str] | None = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            assert time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        out = tmp_path / "k.jsonl"
+        rollout = subprocess.Popen(
+            [str(ENVSDK), "rollout", "--env", "sudoku", "--base-url", url, "--episodes", "5000",
+             "--concurrency", "4", "--no-progress", "--out", str(out)],
+            cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        while not out.exists() or out.read_bytes().count(b"\n") < 8:  # episodes are being played
+            assert rollout.poll() is None, rollout.communicate()
+            time.sleep(0.05)
+        server.kill()  # kill -9: the sessions in flight try to resume, and are lost
+        _, stderr = rollout.communicate(timeout=180)
+    finally:
+        stop_process(server)
+        if rollout is not None and rollout.poll() is None:
+            stop_process(rollout)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    lost = [r for r in records if r["error_kind"] == "SessionLostError"]
+    assert lost, (stderr, [r["status"] for r in records])  # a session was lost mid-episode
+    assert "resume_token=***" in lost[0]["reason"]  # the URL is still there, masked
+    assert not _TOKEN.search(stderr), stderr
+    assert not _TOKEN.search(out.read_text(encoding="utf-8"))
+    assert "envsdk rollout: error: stopped after 5 episodes in a row lost the connection" in stderr
+    # One line per lost episode (the trajectory's error), not the client's warning besides.
+    for record in lost:
+        session = re.search(r"Session (\S+) lost", record["reason"])
+        assert session is not None, record["reason"]
+        assert sum(session[0] in line for line in stderr.splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "needles"),
+    [
+        ("http://[::1", ["--base-url", "http://[::1", "IPv6"]),
+        ("http://127.0.0.1:abc", ["--base-url", "port", "abc"]),
+        ("http://127.0.0.1:99999", ["--base-url", "port", "99999", "65535"]),
+        ("http://user:s3cret-pw@127.0.0.1:8010", ["--base-url", "user name or password", "ENVSDK_TOKEN"]),
+    ],
+)
+def test_a_malformed_base_url_is_one_line_and_exit_2(tmp_path: Path, url: str, needles: list[str]) -> None:
+    result = envsdk("rollout", "--env", "sudoku", "--base-url", url, "--episodes", "1", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2, result
+    assert_one_line_error(result, *needles)
+    assert "s3cret-pw" not in result.stderr + result.stdout
+    assert not (tmp_path / "completions.jsonl").exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://[::1", "ws://u:s3cret-pw@h:1"])
+def test_the_client_refuses_a_malformed_base_url_with_a_typed_error(url: str) -> None:
+    with pytest.raises(EnvSDKError) as caught:
+        OpenEnvWrapper(url)
+    assert isinstance(caught.value, ValueError)  # as websocket_url's refusals were
+    assert "s3cret-pw" not in str(caught.value)
