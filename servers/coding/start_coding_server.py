@@ -47,8 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, then serve until interrupted."""
     args = build_parser().parse_args(argv)
-    from envsdk.server import serve
-    from envsdk.server.launch import PortInUseError
     from servers.coding.app import create_coding_app
 
     # A SIGTERM from here on closes the warm sandboxes too (`finally`), once they have started.
@@ -56,15 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
     app = create_coding_app(provider=args.sandbox, warm=args.warm, **options)
     try:
-        sigterm.arm()
-        try:
-            serve(app, host=args.host, port=args.port, log_level=args.log_level)
-        except PortInUseError as exc:  # another server there: one line, not a traceback
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+        return sigterm.serve(app, args)
     finally:
         app.state.envsdk_sandbox_pool.close()
-    return 0
 
 
 if __name__ == "__main__":

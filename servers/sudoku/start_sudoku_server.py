@@ -77,8 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replicas > 1 or args.replicas_file:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
     # Imported late so that --help and a bad env id answer without loading the server.
-    from envsdk.server import serve
-    from envsdk.server.launch import PortInUseError
     from servers.sudoku.app import create_sudoku_app
     from servers.sudoku.environment import BoardPool
 
@@ -88,15 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
         app = create_sudoku_app(args.env_id, board_pool=pool, **options)
-        sigterm.arm()
-        try:
-            serve(app, host=args.host, port=args.port, log_level=args.log_level)
-        except PortInUseError as exc:  # another server there: one line, not a traceback
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+        return sigterm.serve(app, args)
     finally:
         pool.shutdown()
-    return 0
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from envsdk.server.config import access_options, add_access_arguments
 from envsdk.server.replicas import add_replica_arguments
@@ -119,8 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replicas > 1 or args.replicas_file:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
     # Imported late so that --help and a bad env id answer without loading the server.
-    from envsdk.server import serve
-    from envsdk.server.launch import PortInUseError
     from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
     from servers.textarena.pool import GamePool
 
@@ -138,15 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TextArenaOptionError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        sigterm.arm()
-        try:
-            serve(app, host=args.host, port=args.port, log_level=args.log_level)
-        except PortInUseError as exc:  # another server there: one line, not a traceback
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+        return sigterm.serve(app, args)
     finally:
         pool.shutdown()
-    return 0
 
 
 #: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
@@ -187,6 +180,20 @@ class SigtermDuringStartUp:
         self.armed = True
         if self.noted:
             raise SystemExit(TERMINATED)
+
+    def serve(self, app: Any, args: argparse.Namespace) -> int:
+        """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
+        (1, said in one line, when another server holds the port)."""
+        from envsdk.server import serve
+        from envsdk.server.launch import PortInUseError
+
+        self.arm()
+        try:
+            serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        except PortInUseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:
