@@ -253,16 +253,17 @@ class ReplicaSet:
         """Start every replica, wait until all answer ``/health``, write the replicas file and
         start the monitor. Returns the base URLs. On a failed start every replica is stopped
         and `ReplicaStartError` raised."""
+        self._check_file()
         try:
             for replica in self.replicas:
                 self._spawn(replica)
             deadline = time.monotonic() + self.startup_timeout_s
             for replica in self.replicas:
                 self._wait_healthy(replica, deadline)
+            self._write_file()
         except BaseException:
             self.stop()
             raise
-        self._write_file()
         self._monitor = threading.Thread(target=self._watch, name="envsdk-replicas", daemon=True)
         self._monitor.start()
         return self.base_urls
@@ -355,13 +356,28 @@ class ReplicaSet:
                 )
             time.sleep(0.1)
 
+    def _check_file(self) -> None:
+        """`ValueError` for a replicas file that cannot be written, before any replica starts
+        (found once they ran, it left them serving after the supervisor's traceback)."""
+        path = self.replicas_file
+        if path is None:
+            return
+        if path.is_dir():
+            raise ValueError(f"the replicas file {path} is a folder: name a file in it")
+        if not path.parent.is_dir():
+            raise ValueError(f"the replicas file {path} is in a folder that does not exist ({path.parent})")
+
     def _write_file(self) -> None:
         if self.replicas_file is None:
             return
         # Written whole then renamed: a pool reading it never sees half a file.
         tmp = self.replicas_file.with_name(self.replicas_file.name + ".tmp")
-        tmp.write_text(json.dumps(self.describe(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, self.replicas_file)
+        try:
+            tmp.write_text(json.dumps(self.describe(), indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, self.replicas_file)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ReplicaStartError(f"cannot write the replicas file {self.replicas_file}: {exc.strerror or exc}") from None
 
     def _watch(self) -> None:
         while not self._stopping.wait(self.monitor_interval_s):

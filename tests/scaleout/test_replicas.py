@@ -114,3 +114,47 @@ async def test_replicas_serve_a_pool_restart_a_dead_replica_and_all_stop_on_sigt
     assert proc.wait(timeout=30) == 0
     assert not urls_file.exists()  # no pool reads stale URLs after a stop
     _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("where", ["a folder", "a missing folder"])
+def test_a_replicas_file_that_cannot_be_written_is_refused_before_any_replica_starts(tmp_path: Path, where: str) -> None:
+    """Found once the replicas ran, it was a traceback (IsADirectoryError, FileNotFoundError) and
+    left both replicas serving, orphaned, with a stray ``.tmp`` beside the path."""
+    from envsdk.testing import free_port
+
+    target = tmp_path / "urls"
+    if where == "a folder":
+        target.mkdir()
+    else:
+        target = tmp_path / "nope" / "urls.json"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port", str(port),
+         "--replicas", "2", "--replicas-file", str(target), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=120)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in stderr, stderr[-2000:]
+        assert str(target) in lines[0]
+        assert not list(tmp_path.rglob("*.tmp"))
+        assert not _replicas_on(port), "a replica outlived its supervisor"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for replica in _replicas_on(port):  # each in a session of its own: not in the group above
+            replica.kill()
+
+
+def _replicas_on(port: int) -> list[Any]:
+    import psutil
+
+    ports = {f"--port {port}", f"--port {port + 1}"}
+    found = []
+    for candidate in psutil.process_iter(["cmdline"]):
+        line = " ".join(candidate.info["cmdline"] or [])
+        if "EchoEnvironment" in line and any(line.endswith(p) or f"{p} " in line for p in ports):
+            found.append(candidate)
+    return found
