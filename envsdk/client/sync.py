@@ -61,6 +61,9 @@ class OpenEnvWrapper:
     """
 
     def __init__(self, base_url: str, *, call_timeout: float | None = None, **client_kwargs: Any) -> None:
+        if call_timeout is not None and not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
+            # 0 or less timed out every call, after the call had already been sent.
+            raise ValueError(f"call_timeout must be a number of seconds > 0 (or None), got {call_timeout!r}")
         self.call_timeout = call_timeout
         self._loop = background_loop()
         self._client = EnvClient(base_url, **client_kwargs)

@@ -78,3 +78,10 @@ def test_calling_from_the_loop_thread_is_refused() -> None:
         future = asyncio.run_coroutine_threadsafe(inside(), background_loop())
         with pytest.raises(RuntimeError, match="own event loop"):
             future.result(5)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan")])
+def test_a_call_timeout_that_is_no_time_is_refused_at_once(timeout: float) -> None:
+    """Accepted, it timed out every call (after sending it)."""
+    with pytest.raises(ValueError, match="call_timeout"):
+        OpenEnvWrapper("http://127.0.0.1:9", call_timeout=timeout)
