@@ -23,13 +23,13 @@ from typing import Any, ClassVar
 
 from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
-from envsdk.protocol import ErrorCode
+from envsdk.protocol import ErrorCode, FrameError, shorten_input
 from envsdk.rewards.parts import REWARD_COMPONENTS
 from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
 from envsdk.tools import tool
 from envsdk.web import WebView
 from servers.coding.models import CodeAction, CodeObservation, CodeState
-from envsdk.games.humaneval import Problem, TaskSetError, check_program, humaneval
+from envsdk.games.humaneval import Problem, check_program, humaneval
 
 __all__ = ["CodingEnvironment", "CodingOptionError", "MAX_STEPS"]
 
@@ -40,8 +40,13 @@ MAX_STEPS_LIMIT = 64
 TEST_OUTPUT_CHARS = 4000
 
 
-class CodingOptionError(ValueError):
-    """A reset option has a value the coding server cannot use."""
+class CodingOptionError(FrameError, ValueError):
+    """A reset option has a value the coding server cannot use: the client's mistake, answered
+    VALIDATION_ERROR (as the game servers answer theirs), not an execution error with a logged
+    traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.VALIDATION_ERROR, shorten_input(message))
 
 
 def _text(data: bytes) -> str:
@@ -178,7 +183,7 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
             for problem in problems:
                 if problem.task_id == task_id:
                     return problem
-            raise TaskSetError(f"unknown task_id {task_id!r}: HumanEval/0 .. HumanEval/{len(problems) - 1}")
+            raise CodingOptionError(f"unknown task_id {task_id!r}: HumanEval/0 .. HumanEval/{len(problems) - 1}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise CodingOptionError(f"seed must be an integer, got {seed!r}")
         index = seed % len(problems) if seed is not None else random.SystemRandom().randrange(len(problems))

@@ -247,3 +247,19 @@ def test_launcher_serves_and_leaves_nothing_after_sigterm(tmp_path: Path) -> Non
         assert server.stderr is not None
         server.stderr.close()
     assert all(processes_of(uid, -1) == [] for uid in uids)
+
+
+@pytest.mark.parametrize("reset", [{"task_id": "nope"}, {"task_id": 7}, {"seed": "x"}, {"max_steps": 0}])
+async def test_a_reset_value_the_server_cannot_use_is_a_validation_error_naming_it(
+    base_url: str, reset: dict[str, Any]
+) -> None:
+    """It was EXECUTION_ERROR ('CodingEnvironment.reset raised TaskSetError'), as if the server
+    had failed; the game servers answer the same mistake with VALIDATION_ERROR."""
+    from envsdk.errors import ServerError
+
+    async with EnvClient(base_url) as env:
+        with pytest.raises(ServerError) as refused:
+            await env.reset(**reset)
+        assert refused.value.code == "VALIDATION_ERROR", refused.value
+        assert next(iter(reset)) in str(refused.value)
+        assert (await env.reset(task_id="HumanEval/0")).observation is not None  # the session goes on
