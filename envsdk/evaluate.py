@@ -568,6 +568,11 @@ class RunPlan:
     #: it says of that: done by `repair`.
     repairs: Callable[[], None] | None = None
     repair_notes: list[str] = field(default_factory=list)
+    #: Whether the run replaces an earlier run's records (``--overwrite``): they are kept until an
+    #: episode of this run ends without an error, when the writer calls `start`.
+    replaces: bool = False
+    #: Whether `start` was called (for a run that `replaces` another: whether --out holds its records).
+    started: bool = False
 
     def repair(self) -> None:
         """Make the repairs a resume planned (once; nothing for a new run), saying what they were."""
@@ -580,9 +585,11 @@ class RunPlan:
     def start(self) -> None:
         """`repair`, then write the run file beside the records and, starting a run, remove the
         summary of the run it replaces. Called once the run is sure to start (after its
-        pre-flight): a command refused before then leaves the run it would replace or continue
-        as it was."""
+        pre-flight), or, for a run that `replaces` another, once its first episode without an
+        error is written: a command refused before then leaves the run it would replace or
+        continue as it was."""
         self.repair()
+        self.started = True
         if self.out is None or self.run_file_text is None:
             return
         path = run_file_path(self.out)
@@ -866,6 +873,7 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     return RunPlan(
         run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes, out=out, run_file_text=text,
         repairs=repairs, repair_notes=repair_notes,
+        replaces=out is not None and not resuming and out.is_file() and _holds_records(out),
     )
 
 

@@ -521,13 +521,15 @@ async def run_batches(
     formatter: str | None = None,
     release: bool = False,
     facts: list[EpisodeFacts] | None = None,
+    on_replace: Callable[[], None] | None = None,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
 
     A Sudoku batch without a base URL gets a server started here for the run. Trajectories are
     written to `out` (`record` form) and appended to `finished` as they end, so a caller that is
-    interrupted still has them (appended to `out` with `append`, else `out` is rewritten); their
+    interrupted still has them (appended to `out` with `append`, else `out` is rewritten; with
+    `on_replace`, only once an episode ends without an error: `TrajectoryWriter`); their
     `EpisodeFacts` are appended to `facts` the same way (with `out`, once their records are
     written). A failing episode is recorded (status ``error``), never raised.
 
@@ -551,7 +553,7 @@ async def run_batches(
     done_list = finished if finished is not None else []
     done_facts = facts if facts is not None else []
     async with contextlib.AsyncExitStack() as stack:
-        writer = stack.enter_context(TrajectoryWriter(out, record, append=append)) if out is not None else None
+        writer = stack.enter_context(TrajectoryWriter(out, record, append=append, on_replace=on_replace)) if out is not None else None
         bar = None
         if progress:
             from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
@@ -1226,9 +1228,10 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except PreflightError as exc:
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
-    failed = _begin(args, plan.start)
-    if failed is not None:
-        return failed
+    if not plan.replaces:  # else started by the writer, once an episode has ended without an error
+        failed = _begin(args, plan.start)
+        if failed is not None:
+            return failed
     with_messages = sum(1 for b in batches for r in b.requests if r.messages)
     if with_messages:
         print(
@@ -1237,6 +1240,14 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
             file=sys.stderr,
         )
     finished: list[EpisodeFacts] = []
+
+    def kept() -> str:
+        """What is said when the run was to replace an earlier run's records and has not."""
+        if not plan.replaces or plan.started:
+            return ""
+        return (f"envsdk rollout: --out {args.out} keeps the earlier run's records, as they were: no episode of this "
+                "run ended without an error (--overwrite replaces them once one does)")
+
     if getattr(args, "own_process", False):
         _set_up_collector()
     started = time.perf_counter()
@@ -1247,6 +1258,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
                 record=args.record, progress=not args.no_progress, scheduler=args.scheduler, facts=finished,
                 append=plan.append, formatter=args.formatter, release=bool(args.out),
+                on_replace=plan.start if plan.replaces else None,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:
@@ -1260,10 +1272,12 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         # status is the stop's, not a write error's.
         with contextlib.suppress(BrokenPipeError):
             print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
+            if kept():
+                print(kept(), file=sys.stderr)
         try:
             if finished:
                 print(summarize(finished, time.perf_counter() - started).render())
-                if args.out:
+                if args.out and not kept():
                     rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
                     print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
             sys.stdout.flush()
@@ -1273,17 +1287,22 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     print(report.summary.render())
     if report.unwritten is not None:
         print(
-            f"envsdk rollout: error: stopped: an episode finished but {report.unwritten}; the records written "
-            f"before it stay, and `envsdk rollout --resume --out {args.out}` plays the rest once it can write there",
+            f"envsdk rollout: error: stopped: an episode finished but {report.unwritten}; "
+            + (kept().removeprefix("envsdk rollout: ") if kept() else "the records written before it stay, and "
+               f"`envsdk rollout --resume --out {args.out}` plays the rest once it can write there"),
             file=sys.stderr,
         )
         return 1
-    groups = finish_run(args.out, report.written)
+    if kept():
+        print(kept(), file=sys.stderr)
+        groups = None
+    else:
+        groups = finish_run(args.out, report.written)
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
         print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
-    if args.out:
+    if args.out and not kept():
         print(f"\ntrajectories written to {args.out}")
     if report.stopped is not None:
         steps = sum(f.steps for f in report.facts)

@@ -21,7 +21,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Protocol, TypedDict, runtime_checkable
@@ -29,6 +32,7 @@ from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 from envsdk.env import RolloutRequest
 from envsdk.errors import mask_secrets
 from envsdk.records import (
+    TEMPORARY_SUFFIX,
     RecordError,
     RecordForm,
     RecordsWritten,
@@ -38,6 +42,7 @@ from envsdk.records import (
     check_record,
     hold_records,
     record_line,
+    rehold,
     stated_success,
     summary_facts,
 )
@@ -104,7 +109,6 @@ class MultiTurnScheduler(abc.ABC):
     #: written: every episode in flight otherwise keeps each of its observations whole until
     #: then. `envsdk rollout` sets it so on the schedulers it makes from envsdk's own classes.
     keep_observations: bool = True
-
     def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -281,12 +285,26 @@ class TrajectoryWriter:
     ``written`` says where this writer's records lie and keeps the fields a run's summary reads
     of each, so the summary need not read them back from the file. While open it holds the file
     (`envsdk.records.hold_records`): a writer in another process gets `RecordsBusy`.
+
+    With `on_replace` (a run that replaces an earlier run's records) the file is kept as it is
+    until a trajectory ends without an error: the records go to a temporary file beside it
+    until then, which then replaces it, and `on_replace` is called (the run writes its own run
+    file). Closed before that, the writer removes the temporary file and the earlier records
+    stay as they were: a run whose every episode fails (a reset option the server refuses) or
+    that is stopped before one ends loses nothing.
     """
 
-    def __init__(self, path: str | Path, form: RecordForm = "lean", *, append: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, form: RecordForm = "lean", *, append: bool = False,
+        on_replace: Callable[[], None] | None = None,
+    ) -> None:
+        if append and on_replace is not None:
+            raise ValueError("a writer that appends to its file replaces nothing: give append or on_replace")
         self.path = Path(path)
         self.form: RecordForm = form
         self.append = append
+        self._on_replace = on_replace
+        self._temporary: Path | None = None
         self._file: IO[bytes] | None = None
         self._hold = contextlib.ExitStack()
         self.count = 0
@@ -295,7 +313,8 @@ class TrajectoryWriter:
 
     def __enter__(self) -> TrajectoryWriter:
         # The folder of the file itself: an --out that is a link may point into one not made yet.
-        Path(os.path.realpath(self.path)).parent.mkdir(parents=True, exist_ok=True)
+        real = Path(os.path.realpath(self.path))
+        real.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as hold:
             # Opened without cutting it, held (its lock file, and the file itself now that it
             # exists), and only then cut: another process's records are not ours to cut.
@@ -303,7 +322,18 @@ class TrajectoryWriter:
             hold.callback(file.close)
             hold.enter_context(hold_records(self.path))
             hold.callback(file.close)  # closed before the hold ends
-            if not self.append:
+            if self._on_replace is not None:
+                # Named as `write_atomically` names its own: a run killed meanwhile leaves one
+                # that the next run holding the file removes.
+                fd, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=TEMPORARY_SUFFIX, dir=real.parent)
+                temporary = Path(name)
+                hold.callback(temporary.unlink, missing_ok=True)
+                os.fchmod(fd, stat.S_IMODE(os.fstat(file.fileno()).st_mode))
+                file.close()
+                file = os.fdopen(fd, "wb")
+                hold.callback(file.close)
+                self._temporary = temporary
+            elif not self.append:
                 file.truncate(0)
             self._file = file
             self._hold = hold.pop_all()
@@ -330,6 +360,18 @@ class TrajectoryWriter:
                 written.facts.append(summary_facts(check_record(record, f"{self.path}: record {self.count}")))
             except RecordError:  # the summary reads the file, and names the record
                 written.facts = None
+        if self._on_replace is not None and trajectory.status != "error":
+            self._replace(self._file, self._on_replace)
+
+    def _replace(self, file: IO[bytes], on_replace: Callable[[], None]) -> None:
+        """The temporary file, synced, takes the file's place (its earlier records go), held as
+        the file was; then `on_replace`."""
+        assert self._temporary is not None
+        os.fsync(file.fileno())
+        os.replace(self._temporary, os.path.realpath(self.path))
+        self._temporary, self._on_replace = None, None
+        rehold(self.path)
+        on_replace()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -5,6 +5,7 @@ from it wherever the records are read from."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -41,19 +42,32 @@ def test_a_run_refused_by_its_preflight_leaves_the_run_it_would_replace(tmp_path
     assert "nothing left to play" in again.stdout
 
 
+_FAST_THEN_SLOW = (
+    "import asyncio\n\n"
+    "class FastThenSlow:\n"
+    "    episodes = 0\n\n"
+    "    async def act(self, messages):\n"
+    "        open('acting', 'w').close()\n"
+    "        if sum(m['role'] == 'assistant' for m in messages) == 0:\n"
+    "            FastThenSlow.episodes += 1\n"
+    "        if FastThenSlow.episodes > 1:\n"
+    "            await asyncio.sleep(60)\n"
+    "        return 'left'\n"
+)
+
+
 def test_a_run_that_replaces_another_removes_its_summary_once_it_starts(tmp_path: Path) -> None:
     """An --overwrite stopped mid-run left the replaced run's pass@k in <stem>.eval.json beside
-    records that were no longer its own."""
+    records that were no longer its own: once the new run's first episode is written, its run
+    file, and no summary, lie beside its records."""
     assert envsdk(*FROZEN, "--episodes", "2", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
     summary, run_file = tmp_path / "c.eval.json", tmp_path / "c.run.toml"
     assert summary.is_file()
     first = read_run_file(run_file)["run"]["id"]
-    slow = tmp_path / "slow.py"
-    slow.write_text("import asyncio\n\nclass Slow:\n    async def act(self, messages):\n"
-                    "        await asyncio.sleep(60)\n        return 'left'\n", encoding="utf-8")
+    (tmp_path / "slow.py").write_text(_FAST_THEN_SLOW, encoding="utf-8")
     proc = subprocess.Popen(
-        [str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "slow.py:Slow", "--episodes", "2", "--no-progress",
-         "--out", "c.jsonl", "--overwrite"],
+        [str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "slow.py:FastThenSlow", "--episodes", "2",
+         "--max-turns", "4", "--concurrency", "1", "--no-progress", "--out", "c.jsonl", "--overwrite"],
         cwd=tmp_path, env=user_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -62,8 +76,53 @@ def test_a_run_that_replaces_another_removes_its_summary_once_it_starts(tmp_path
             assert time.monotonic() < deadline and proc.poll() is None, "the run never started"
             time.sleep(0.05)
         assert not summary.exists()
+        records = list(by_pair(tmp_path / "c.jsonl").values())
+        assert [r["eval"]["run"] for r in records] == [read_run_file(run_file)["run"]["id"]]
     finally:
         stop_process(proc)
+
+
+def test_an_overwrite_whose_every_episode_fails_keeps_the_run_it_would_replace(tmp_path: Path) -> None:
+    """--overwrite with a reset option the server refuses (a misspelt key) played every episode
+    into an error, and had cut the earlier run's records first: a good run was lost to a typo.
+    The earlier run stays, whole, until an episode of the new one ends without an error."""
+    sudoku = ("rollout", "--env", "sudoku", "--policy", "auto", "--episodes", "2", "--no-progress", "--out", "c.jsonl")
+    assert envsdk(*sudoku, cwd=tmp_path).returncode == 0
+    before = _files(tmp_path)
+    failed = envsdk(*sudoku, "--overwrite", "--env-config", '{"reset_kwargs": {"error_alowance": 2}}', cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "error_alowance" in failed.stderr
+    assert "keeps the earlier run" in failed.stderr, failed.stderr
+    assert "written to c.jsonl" not in failed.stdout
+    assert _files(tmp_path) == before  # no temporary file left either
+    again = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "nothing left to play" in again.stdout
+
+
+def test_an_overwrite_stopped_before_an_episode_ends_keeps_the_run_it_would_replace(tmp_path: Path) -> None:
+    assert envsdk(*FROZEN, "--episodes", "2", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
+    before = _files(tmp_path)
+    (tmp_path / "slow.py").write_text(_FAST_THEN_SLOW.replace("> 1", ">= 1"), encoding="utf-8")
+    proc = subprocess.Popen(
+        [str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "slow.py:FastThenSlow", "--episodes", "2",
+         "--no-progress", "--out", "c.jsonl", "--overwrite"],
+        cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "acting").exists():  # past its reset, at its first turn
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never started"
+            time.sleep(0.05)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 130, err
+    assert "keeps the earlier run" in err, err
+    assert "--resume" not in err + out
+    assert {k: v for k, v in _files(tmp_path).items() if k not in ("acting", "slow.py")} == before
 
 
 @pytest.mark.parametrize(
