@@ -615,15 +615,14 @@ async def run_batches(
                     scheduler=scheduler, formatter=formatter,
                 )
             )
-            if (
-                sched is not scheduler
-                and type(sched).__module__.startswith("envsdk.")
-                and writer is not None and release and record == "lean"
-            ):
-                # Its lean records hold no per-step observation, and nobody sees a trajectory
-                # after its record: no step need keep its observation while the episode plays.
-                # A scheduler class of the user's own (a plugin's) may read earlier ones: kept.
-                sched.keep_observations = False
+            if sched is not scheduler and type(sched).__module__.startswith("envsdk."):
+                # Nobody here reads a trajectory before it ends: its infos are wanted once.
+                # A scheduler class of the user's own (a plugin's) may read them: kept as it is.
+                sched.infos_each_turn = False
+                if writer is not None and release and record == "lean":
+                    # Its lean records hold no per-step observation, and nobody sees a trajectory
+                    # after its record: no step need keep its observation while the episode plays.
+                    sched.keep_observations = False
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
         started = time.perf_counter()
         tasks.extend(asyncio.ensure_future(run) for run in runs)

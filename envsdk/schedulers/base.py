@@ -109,6 +109,14 @@ class MultiTurnScheduler(abc.ABC):
     #: written: every episode in flight otherwise keeps each of its observations whole until
     #: then. `envsdk rollout` sets it so on the schedulers it makes from envsdk's own classes.
     keep_observations: bool = True
+    #: False: a turn that does not end the episode need not give the episode's rollout infos
+    #: whole; a scheduler may then give them once, as the episode ends (the Sudoku scheduler
+    #: does: its infos are drawn from the whole episode, so each turn's cost grew with the
+    #: turns before it). For a caller that reads a trajectory only once it has ended; a trainer
+    #: that merges each turn's infos as it plays (ms-swift) keeps it True. `envsdk rollout`
+    #: sets it so on the schedulers it makes from envsdk's own classes.
+    infos_each_turn: bool = True
+
     def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")

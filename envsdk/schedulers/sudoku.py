@@ -245,6 +245,9 @@ class SudokuEpisode:
     last_move: Move | None = None
     last_verdict: Verdict | None = None
     last_reason: str | None = None
+    #: A turn's rollout infos were held back (`MultiTurnScheduler.infos_each_turn` False): the
+    #: episode's end gives them.
+    infos_due: bool = False
     #: Filled cells on `board`, counted once a step (a count over the 81 cells is not free).
     filled: int = field(init=False)
     #: `reward.summary()` as of the last step, taken once a step.
@@ -573,7 +576,16 @@ class SudokuScheduler(OpenEnvScheduler):
     ) -> TurnResult:
         summary = state.summary
         trajectory.total_reward = summary["total_reward"]
-        infos: dict[str, Any] = {
+        state.infos_due = not done and not self.infos_each_turn
+        if state.infos_due:
+            return {"done": False}
+        return {"done": done, "rollout_infos": self._infos(trajectory, state, extra)}
+
+    @staticmethod
+    def _infos(trajectory: Trajectory, state: SudokuEpisode, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The episode's rollout infos as of its last step."""
+        summary = state.summary
+        return {
             **summary,
             REWARD_PARTS: dict(zip(SUDOKU_COMPONENTS, map(summary.__getitem__, SUDOKU_COMPONENTS))),
             "total_reward_is": TOTAL_REWARD_IS,
@@ -582,7 +594,15 @@ class SudokuScheduler(OpenEnvScheduler):
             "moves_tried": list(map(_fmt_move, state.tried)),
             **(extra or {}),
         }
-        return {"done": done, "rollout_infos": infos}
+
+    async def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        episode = trajectory.runtime
+        state = episode.game if isinstance(episode, RemoteEpisode) else None
+        if isinstance(state, SudokuEpisode) and state.infos_due:
+            # The infos the last turn held back: the episode ended by max_turns, a cut reply or an error.
+            state.infos_due = False
+            trajectory.rollout_infos.update(self._infos(trajectory, state))
+        await super().on_trajectory_end(trajectory)
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self.episode(trajectory)

@@ -13,7 +13,7 @@ from envsdk.env import RolloutRequest
 from envsdk.policies import SudokuOraclePolicy
 from envsdk.schedulers import SudokuScheduler, Trajectory
 
-from .policies import SolutionScript, last_board
+from .policies import Output, SolutionScript, last_board
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -157,3 +157,63 @@ async def test_text_fallback_gives_the_same_rewards_as_structured_fields(
 async def test_text_fallback_oracle_scores_four(openenv_sudoku_url: str) -> None:
     traj = await _one(openenv_sudoku_url, SudokuOraclePolicy(), seed=3)
     assert traj.status == "done" and traj.success and traj.total_reward == pytest.approx(4.0)
+
+
+class _Then:
+    """The oracle for `turns` replies, then `last` (a reply, an `Output`, or an exception raised)."""
+
+    def __init__(self, turns: int, last: Any) -> None:
+        self.oracle, self.turns, self.last = SudokuOraclePolicy(), turns, last
+
+    async def act(self, messages: list[dict[str, Any]]) -> Any:
+        if sum(m["role"] == "assistant" for m in messages) < self.turns:
+            return await self.oracle.act(messages)
+        if isinstance(self.last, Exception):
+            raise self.last
+        return self.last
+
+
+@pytest.mark.parametrize(
+    ("policy", "max_turns", "status"),
+    [
+        (SudokuOraclePolicy(), 100, "done"),  # solved
+        (SudokuOraclePolicy(), 3, "max_turns"),
+        (_Then(2, Output("[1 1", "length")), 100, "length"),
+        (_Then(2, RuntimeError("policy failed")), 100, "error"),
+        (_Then(2, "no move at all"), 100, "done"),  # unparseable: its own infos
+        (_Then(1, "[1 1 1]"), 100, "done"),  # repeated until the error allowance ends the game
+    ],
+    ids=["solved", "max_turns", "length", "error", "unparseable", "lost"],
+)
+async def test_infos_given_once_at_the_end_equal_infos_given_every_turn(
+    sudoku_url: str, policy: Any, max_turns: int, status: str
+) -> None:
+    """`envsdk rollout` lets the Sudoku scheduler give its rollout infos once, as an episode
+    ends (each turn's infos were drawn from the whole episode so far): whatever ended the
+    episode, its record is the one a scheduler giving them every turn writes."""
+    results: list[list[dict[str, Any]]] = []
+
+    class Seen(SudokuScheduler):
+        async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> Any:
+            result = await super().on_turn_end(trajectory, response_text, turn)
+            results[-1].append(result)
+            return result
+
+    records = []
+    for each_turn in (True, False):
+        results.append([])
+        scheduler = Seen(max_turns=max_turns)
+        scheduler.infos_each_turn = each_turn
+        [traj] = await scheduler.run(_rows(sudoku_url, [5]), policy)
+        assert traj.status == status, traj.reason
+        record = traj.to_dict("full")
+        record.pop("timings"), record.pop("uuid")  # a row without a uuid gets a random one
+        for step in record.get("steps", []):
+            step.pop("duration_s", None)
+        records.append(record)
+    assert records[0] == records[1]
+    assert records[1]["infos"]["moves_tried"] and "step_rewards" in records[1]
+    every_turn, at_the_end = results
+    assert all("rollout_infos" in r for r in every_turn)
+    assert all("rollout_infos" not in r for r in at_the_end if not r["done"])
+    assert len(at_the_end) >= 2 and "rollout_infos" not in at_the_end[0]
