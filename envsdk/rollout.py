@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar, cast
 
-from envsdk._process import let_stdout_go
+from envsdk._process import flush_out, let_stdout_go, print_out
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
@@ -1270,7 +1270,8 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         except BrokenPipeError:
             let_stdout_go()
         return stop.status
-    print(report.summary.render())
+    # From here on a reader that went away (`| head`) leaves the run's end and status as they are.
+    print_out(report.summary.render())
     if report.unwritten is not None:
         print(
             f"envsdk rollout: error: stopped: an episode finished but {report.unwritten}; the records written "
@@ -1282,9 +1283,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
-        print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
+        print_out(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
     if args.out:
-        print(f"\ntrajectories written to {args.out}")
+        print_out(f"\ntrajectories written to {args.out}")
     if report.stopped is not None:
         steps = sum(f.steps for f in report.facts)
         print(
@@ -1336,7 +1337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = command_line
     # Run as a program, the process is the command's own (its signals, its collector).
     args.own_process = argv is None
-    return int(args.func(args))
+    code = int(args.func(args))
+    flush_out()
+    return code
 
 
 if __name__ == "__main__":

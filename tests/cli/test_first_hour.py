@@ -463,6 +463,45 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
     assert not list(folder.glob("*.envsdk.lock"))
 
 
+
+@pytest.mark.parametrize(
+    ("reader", "unbuffered"),
+    [("head -1", True), ("gone", True), ("gone", False)],
+    ids=["head-unbuffered", "gone-unbuffered", "gone-buffered"],
+)
+def test_10_a_run_whose_stdout_reader_went_away_ends_with_its_own_status(
+    folder: Path, reader: str, unbuffered: bool
+) -> None:
+    """``envsdk rollout … | head -1``: once the reader has gone, the rest of the summary cannot be
+    written; the run still ends as it would have (its summary files written, status 0), saying
+    nothing more. A write to the closed pipe had cut it short with status 1 (in the middle of the
+    summary with PYTHONUNBUFFERED, at the last flush otherwise)."""
+    env = {k: v for k, v in user_env().items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "oracle", "--episodes", "2", "--no-progress"],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    head: subprocess.Popen[str] | None = None
+    assert proc.stdout is not None
+    try:
+        if reader == "head -1":
+            head = subprocess.Popen(["head", "-1"], stdin=proc.stdout, stdout=subprocess.PIPE, text=True)
+        proc.stdout.close()  # the reader's end is head's alone, or nobody's
+        proc.stdout = None
+        _, stderr = proc.communicate(timeout=120)
+        first = head.communicate(timeout=30)[0] if head is not None else None
+    finally:
+        for started in (proc, head):
+            if started is not None and started.poll() is None:
+                started.kill()
+                started.wait()
+    assert (proc.returncode, stderr) == (0, ""), stderr
+    assert first is None or first.startswith("episodes"), first
+    assert (folder / "completions.eval.json").exists()
+
+
 # 12 -----------------------------------------------------------------------------------------
 
 
