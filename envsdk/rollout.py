@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar, cast
 
-from envsdk._process import flush_out, let_stdout_go, print_out
+from envsdk._process import flush_out, print_out
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
@@ -1260,15 +1260,15 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         # status is the stop's, not a write error's.
         with contextlib.suppress(BrokenPipeError):
             print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
-        try:
-            if finished:
-                print(summarize(finished, time.perf_counter() - started).render())
-                if args.out:
-                    rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
-                    print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            let_stdout_go()
+            if args.out and not finished:
+                # The run file (and an earlier attempt's records) stay: --resume continues the run.
+                print(f"`envsdk rollout --resume --out {args.out}` plays the rest", file=sys.stderr)
+        if finished:
+            print_out(summarize(finished, time.perf_counter() - started).render())
+            if args.out:
+                rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
+                print_out(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
+        flush_out()
         return stop.status
     # From here on a reader that went away (`| head`) leaves the run's end and status as they are.
     print_out(report.summary.render())

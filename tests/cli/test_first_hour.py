@@ -464,6 +464,39 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
 
 
 
+def test_10_ctrl_c_before_any_episode_finished_says_how_to_resume(folder: Path) -> None:
+    """Ctrl-C while the first episodes play, none finished yet: --out keeps its run file (and the
+    records of earlier attempts), so --resume continues the run; only a run with finished
+    episodes had said so."""
+    marker = folder / "acting"
+    (folder / "slow_policy.py").write_text(
+        "import asyncio, os, pathlib\n"
+        "from envsdk.policies import SudokuOraclePolicy\n"
+        "class Slow(SudokuOraclePolicy):\n"
+        "    async def act(self, messages):\n"
+        f"        pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "        await asyncio.sleep(float(os.environ.get('SLOW_S', '120')))\n"
+        "        return await super().act(messages)\n",
+        encoding="utf-8",
+    )
+    proc = start_interruptible(
+        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2",
+         "--no-progress", "--out", "c.jsonl"],
+        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(marker.exists, "the policy was never asked to act")
+    finally:
+        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted: 0 of 2 episodes finished" in stderr, stderr
+    assert "`envsdk rollout --resume --out c.jsonl` plays the rest" in stderr, stderr
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", cwd=folder, env={**user_env(), "SLOW_S": "0"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_records(folder / "c.jsonl")) == 2
+
+
 @pytest.mark.parametrize(
     ("reader", "unbuffered"),
     [("head -1", True), ("gone", True), ("gone", False)],
