@@ -448,20 +448,27 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
         "from envsdk.policies import SudokuOraclePolicy as Slow\n",
         encoding="utf-8",
     )
-    proc = start_interruptible(
-        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress"],
-        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+    code, stderr = _ctrl_c_once_written(
+        folder, marker, "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress"
     )
-    try:
-        _wait_for(marker.exists, "the policy module was never loaded")
-    finally:
-        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "envsdk rollout: interrupted before any episode started", stderr
     assert not list(folder.glob("*.envsdk.lock"))
 
+
+def _ctrl_c_once_written(folder: Path, marker: Path, *args: str) -> tuple[int, str]:
+    """Start ``envsdk rollout ARGS`` in `folder` (in its own process group), press Ctrl-C once
+    `marker` exists; its exit status and stderr."""
+    proc = start_interruptible(
+        [str(ENVSDK), "rollout", *args], cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    try:
+        _wait_for(marker.exists, f"{marker.name} was never written")
+    finally:
+        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
+    return proc.returncode, stderr
 
 
 def test_10_ctrl_c_before_any_episode_finished_says_how_to_resume(folder: Path) -> None:
@@ -479,17 +486,11 @@ def test_10_ctrl_c_before_any_episode_finished_says_how_to_resume(folder: Path) 
         "        return await super().act(messages)\n",
         encoding="utf-8",
     )
-    proc = start_interruptible(
-        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2",
-         "--no-progress", "--out", "c.jsonl"],
-        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+    code, stderr = _ctrl_c_once_written(
+        folder, marker, "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress",
+        "--out", "c.jsonl",
     )
-    try:
-        _wait_for(marker.exists, "the policy was never asked to act")
-    finally:
-        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr and "interrupted: 0 of 2 episodes finished" in stderr, stderr
     assert "`envsdk rollout --resume --out c.jsonl` plays the rest" in stderr, stderr
     resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", cwd=folder, env={**user_env(), "SLOW_S": "0"})
