@@ -22,6 +22,25 @@ def let_stdout_go() -> None:
         os.close(devnull)
 
 
+def print_out(text: str) -> None:
+    """``print(text)`` where a reader of standard output that went away (`envsdk ... | head`)
+    costs nothing: the text and all that follows are dropped (`let_stdout_go`), and the command
+    goes on to its end and its own status."""
+    try:
+        print(text)
+    except BrokenPipeError:
+        let_stdout_go()
+
+
+def flush_out() -> None:
+    """Flush standard output before the command returns its status (at exit a closed pipe can no
+    longer be handled); a reader that went away is let go as in `print_out`."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        let_stdout_go()
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command stands as Ctrl-C raises KeyboardInterrupt."""
 

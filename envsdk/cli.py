@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envsdk._process import Terminated, let_stdout_go
+from envsdk._process import Terminated, flush_out, let_stdout_go
 from envsdk.env import Env, Environment, step_types
 from envsdk.errors import EnvSDKError
 
@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         code = _run(args)
-        sys.stdout.flush()  # here, not at exit, where a closed pipe can no longer be handled
+        flush_out()  # the command ran to its end: its status stands, whoever stopped reading
         return code
     except KeyboardInterrupt as exc:
         # Ctrl-C where no command handles it (while the options are read, a module loads, a

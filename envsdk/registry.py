@@ -20,6 +20,7 @@ Entry points are read on the first lookup of a name that is not registered other
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -198,6 +199,10 @@ def load_plugin(path: str | Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Registered before execution so that the plugin's own dataclasses/pickling can find it.
     sys.modules[name] = module
+    # Its folder first on the path while it runs, as `python file.py` has it: a plugin imports
+    # the modules beside it whatever folder the command runs in.
+    folder = str(resolved.parent)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:
@@ -207,6 +212,9 @@ def load_plugin(path: str | Path) -> ModuleType:
         raise PluginLoadError(
             f"plugin {resolved} raised while being imported: {type(exc).__name__}: {exc}"
         ) from exc
+    finally:
+        with contextlib.suppress(ValueError):  # the plugin took it off itself
+            sys.path.remove(folder)
     return module
 
 

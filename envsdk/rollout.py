@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar, cast
 
-from envsdk._process import let_stdout_go
+from envsdk._process import flush_out, print_out
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
@@ -1219,8 +1219,8 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         failed = _begin(args, plan.repair)
         if failed is not None:
             return failed
-        print(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
-        print(finish_run(args.out))
+        print_out(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
+        print_out(str(finish_run(args.out)))
         return 0
     try:
         _preflight(args, batches)
@@ -1273,17 +1273,18 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
             print(f"\n{stop.word}: {len(finished)} of {total} episodes finished", file=sys.stderr)
             if kept():
                 print(kept(), file=sys.stderr)
-        try:
-            if finished:
-                print(summarize(finished, time.perf_counter() - started).render())
-                if args.out and not kept():
-                    rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
-                    print(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            let_stdout_go()
+            elif args.out and not finished:
+                # The run file (and an earlier attempt's records) stay: --resume continues the run.
+                print(f"`envsdk rollout --resume --out {args.out}` plays the rest", file=sys.stderr)
+        if finished:
+            print_out(summarize(finished, time.perf_counter() - started).render())
+            if args.out and not kept():
+                rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
+                print_out(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
+        flush_out()
         return stop.status
-    print(report.summary.render())
+    # From here on a reader that went away (`| head`) leaves the run's end and status as they are.
+    print_out(report.summary.render())
     if report.unwritten is not None:
         print(
             f"envsdk rollout: error: stopped: an episode finished but {report.unwritten}; "
@@ -1300,9 +1301,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
-        print(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
+        print_out(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
     if args.out and not kept():
-        print(f"\ntrajectories written to {args.out}")
+        print_out(f"\ntrajectories written to {args.out}")
     if report.stopped is not None:
         steps = sum(f.steps for f in report.facts)
         print(
@@ -1354,7 +1355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = command_line
     # Run as a program, the process is the command's own (its signals, its collector).
     args.own_process = argv is None
-    return int(args.func(args))
+    code = int(args.func(args))
+    flush_out()
+    return code
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ waits until each answers ``GET /health``, writes their base URLs where an `EnvPo
 restarts}], "supervisor_pid": …}``), and restarts a replica whose process exits, on the same
 port, at most ``max_restarts`` times each. `serve_replicas` runs one until SIGINT or SIGTERM,
 then stops every replica (SIGTERM, then SIGKILL after a grace period) and removes the file.
+On Linux a replica also gets SIGTERM from the kernel when its supervisor dies any other way
+(``kill -9``, a crash), so none is left serving as an orphan.
 
 One server process holds thousands of sessions; replicas are for environments whose steps need
 CPU (one core per replica) and for fault isolation. Past one machine, use `envsdk.ray`.
@@ -15,10 +17,13 @@ CPU (one core per replica) and for fault isolation. Past one machine, use `envsd
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import ctypes
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -165,6 +170,70 @@ def _kill_leftovers(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+#: prctl(2)'s option that names the signal a process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGTERM when the thread that forked it ends
+    (Linux's parent-death signal; it survives the exec), or None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the signal was armed: none will come
+            os._exit(1)
+
+    return arm
+
+
+class _Spawner:
+    """Starts processes from one thread of its own that ends at `close`: the parent-death signal
+    comes when the *thread* that forked a child ends, so a replica started (or restarted) from a
+    short-lived thread would be stopped with it."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[
+            tuple[Callable[[], subprocess.Popen[bytes]], concurrent.futures.Future[subprocess.Popen[bytes]]] | None
+        ] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="envsdk-replicas-spawner", daemon=True)
+        self._thread.start()
+
+    def popen(self, argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        """``subprocess.Popen(argv)`` in a session of its own; on Linux it gets SIGTERM when this
+        process dies."""
+        done: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        arm = _die_with_parent()
+
+        def start() -> subprocess.Popen[bytes]:
+            # PLW1509: `arm` calls a prctl looked up beforehand and getppid, and takes no lock
+            # another thread could hold across the fork.
+            return subprocess.Popen(list(argv), env=env, start_new_session=True, preexec_fn=arm)  # noqa: PLW1509
+
+        self._requests.put((start, done))
+        return done.result()
+
+    def close(self) -> None:
+        """End the thread (the processes it started that still run get their parent-death signal)."""
+        if self._thread.is_alive():
+            self._requests.put(None)
+            self._thread.join()
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            start, done = request
+            try:
+                done.set_result(start())
+            except BaseException as exc:  # noqa: BLE001 - raised in the waiting thread, by popen
+                done.set_exception(exc)
+
+
 def _health_ok(port: int, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as response:
@@ -218,6 +287,7 @@ class ReplicaSet:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._spawner: _Spawner | None = None
 
     # ------------------------------------------------------------ views
 
@@ -254,6 +324,7 @@ class ReplicaSet:
         start the monitor. Returns the base URLs. On a failed start every replica is stopped
         and `ReplicaStartError` raised."""
         self._check_file()
+        self._spawner = _Spawner()
         try:
             for replica in self.replicas:
                 self._spawn(replica)
@@ -287,6 +358,8 @@ class ReplicaSet:
                     proc.kill()
                     proc.wait(timeout=5)
                 _kill_leftovers(proc)
+            if self._spawner is not None:
+                self._spawner.close()
         if self.replicas_file is not None:
             self.replicas_file.unlink(missing_ok=True)
 
@@ -339,7 +412,8 @@ class ReplicaSet:
         # A session (and process group) of its own: a Ctrl-C in the terminal reaches the
         # supervisor only, which then stops the replicas itself (instead of racing its monitor
         # restarting them), and the group lets it kill what a dead replica left behind.
-        replica.process = subprocess.Popen(argv, env=self.env, start_new_session=True)
+        assert self._spawner is not None, "start() the set first"
+        replica.process = self._spawner.popen(argv, self.env)
 
     def _wait_healthy(self, replica: Replica, deadline: float) -> None:
         proc = replica.process

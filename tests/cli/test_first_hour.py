@@ -448,19 +448,92 @@ def test_10_ctrl_c_while_the_run_starts_up_says_so_without_a_traceback(folder: P
         "from envsdk.policies import SudokuOraclePolicy as Slow\n",
         encoding="utf-8",
     )
-    proc = start_interruptible(
-        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress"],
-        cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+    code, stderr = _ctrl_c_once_written(
+        folder, marker, "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress"
     )
-    try:
-        _wait_for(marker.exists, "the policy module was never loaded")
-    finally:
-        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
-    assert proc.returncode == 130, stderr
+    assert code == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "envsdk rollout: interrupted before any episode started", stderr
     assert not list(folder.glob("*.envsdk.lock"))
+
+
+def _ctrl_c_once_written(folder: Path, marker: Path, *args: str) -> tuple[int, str]:
+    """Start ``envsdk rollout ARGS`` in `folder` (in its own process group), press Ctrl-C once
+    `marker` exists; its exit status and stderr."""
+    proc = start_interruptible(
+        [str(ENVSDK), "rollout", *args], cwd=folder, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    try:
+        _wait_for(marker.exists, f"{marker.name} was never written")
+    finally:
+        _, stderr = _ctrl_c(proc)  # also when the wait failed: nothing is left running
+    return proc.returncode, stderr
+
+
+def test_10_ctrl_c_before_any_episode_finished_says_how_to_resume(folder: Path) -> None:
+    """Ctrl-C while the first episodes play, none finished yet: --out keeps its run file (and the
+    records of earlier attempts), so --resume continues the run; only a run with finished
+    episodes had said so."""
+    marker = folder / "acting"
+    (folder / "slow_policy.py").write_text(
+        "import asyncio, os, pathlib\n"
+        "from envsdk.policies import SudokuOraclePolicy\n"
+        "class Slow(SudokuOraclePolicy):\n"
+        "    async def act(self, messages):\n"
+        f"        pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "        await asyncio.sleep(float(os.environ.get('SLOW_S', '120')))\n"
+        "        return await super().act(messages)\n",
+        encoding="utf-8",
+    )
+    code, stderr = _ctrl_c_once_written(
+        folder, marker, "--env", "sudoku", "--policy", "slow_policy:Slow", "--episodes", "2", "--no-progress",
+        "--out", "c.jsonl",
+    )
+    assert code == 130, stderr
+    assert "Traceback" not in stderr and "interrupted: 0 of 2 episodes finished" in stderr, stderr
+    assert "`envsdk rollout --resume --out c.jsonl` plays the rest" in stderr, stderr
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", cwd=folder, env={**user_env(), "SLOW_S": "0"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_records(folder / "c.jsonl")) == 2
+
+
+@pytest.mark.parametrize(
+    ("reader", "unbuffered"),
+    [("head -1", True), ("gone", True), ("gone", False)],
+    ids=["head-unbuffered", "gone-unbuffered", "gone-buffered"],
+)
+def test_10_a_run_whose_stdout_reader_went_away_ends_with_its_own_status(
+    folder: Path, reader: str, unbuffered: bool
+) -> None:
+    """``envsdk rollout … | head -1``: once the reader has gone, the rest of the summary cannot be
+    written; the run still ends as it would have (its summary files written, status 0), saying
+    nothing more. A write to the closed pipe had cut it short with status 1 (in the middle of the
+    summary with PYTHONUNBUFFERED, at the last flush otherwise)."""
+    env = {k: v for k, v in user_env().items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [str(ENVSDK), "rollout", "--env", "sudoku", "--policy", "oracle", "--episodes", "2", "--no-progress"],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    head: subprocess.Popen[str] | None = None
+    assert proc.stdout is not None
+    try:
+        if reader == "head -1":
+            head = subprocess.Popen(["head", "-1"], stdin=proc.stdout, stdout=subprocess.PIPE, text=True)
+        proc.stdout.close()  # the reader's end is head's alone, or nobody's
+        proc.stdout = None
+        _, stderr = proc.communicate(timeout=120)
+        first = head.communicate(timeout=30)[0] if head is not None else None
+    finally:
+        for started in (proc, head):
+            if started is not None and started.poll() is None:
+                started.kill()
+                started.wait()
+    assert (proc.returncode, stderr) == (0, ""), stderr
+    assert first is None or first.startswith("episodes"), first
+    assert (folder / "completions.eval.json").exists()
 
 
 # 12 -----------------------------------------------------------------------------------------

@@ -213,3 +213,39 @@ def test_a_base_url_that_names_no_server_is_refused_before_anything_is_written(t
     assert refused.returncode == 2
     assert_one_line_error(refused, "--base-url names no server")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.toml"]
+
+
+def test_a_file_spec_imports_the_modules_beside_it_from_any_folder(tmp_path: Path) -> None:
+    """``--env``/``--policy`` ``file.py:Class`` files that import a module beside them (as ``python
+    file.py`` finds it) failed with ModuleNotFoundError when run from another folder."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "greetings.py").write_text('GREETING = "say hi"\n', encoding="utf-8")
+    (plugins / "replies.py").write_text('REPLY = "hi"\n', encoding="utf-8")
+    (plugins / "my_env.py").write_text(
+        "from greetings import GREETING\n"
+        "from envsdk.env import Env\n\n"
+        "class MyEnv(Env):\n"
+        "    async def reset(self, config):\n"
+        "        return GREETING, {}, None\n"
+        "    async def step(self, messages):\n"
+        "        return 'done', float(messages[-1]['content'] == 'hi'), True, {}\n",
+        encoding="utf-8",
+    )
+    (plugins / "my_policy.py").write_text(
+        "from replies import REPLY\n"
+        "from envsdk.policies import Policy\n\n"
+        "class Greeter(Policy):\n"
+        "    async def act(self, messages):\n"
+        "        return REPLY\n",
+        encoding="utf-8",
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = envsdk(
+        "rollout", "--env", "../plugins/my_env.py:MyEnv", "--policy", str(plugins / "my_policy.py") + ":Greeter",
+        "--episodes", "2", "--out", "c.jsonl", "--no-progress", cwd=elsewhere,
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (elsewhere / "c.jsonl").read_text().splitlines()]
+    assert [r["total_reward"] for r in records] == [1.0, 1.0]

@@ -148,6 +148,47 @@ def test_a_replicas_file_that_cannot_be_written_is_refused_before_any_replica_st
             replica.kill()
 
 
+@pytest.mark.timeout(120)
+def test_replicas_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """A supervisor killed with SIGKILL stops nothing itself; its replicas (each in a session of
+    its own, so no signal to its group reaches them) went on serving as orphans."""
+    urls_file = tmp_path / "urls.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment",
+         "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
+        assert proc.poll() is None, "the supervisor exited while starting"
+        replicas = _read(urls_file)["replicas"]
+        pids = [r["pid"] for r in replicas]
+        assert len(pids) == 2 and all(_health(r["base_url"]) for r in replicas)
+
+        proc.kill()
+        proc.wait(timeout=10)
+        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "the orphaned replicas to exit")
+        assert not any(_health(r["base_url"]) for r in replicas)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for pid in pids:  # each in a session of its own: killed one by one
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _health(base_url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
 def _replicas_on(port: int) -> list[Any]:
     import psutil
 
