@@ -8,7 +8,6 @@ import errno
 import functools
 import logging
 import os
-import re
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from envsdk.errors import mask_secrets
 from envsdk.server.config import ServerConfig
 
 __all__ = [
@@ -58,7 +58,8 @@ def serve(
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
     SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
-    strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
+    strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
+    logs (`redact_secrets_in_logs`).
     A port another socket listens on raises `PortInUseError` before the app starts.
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
@@ -326,26 +327,21 @@ def raise_open_files_limit() -> None:
         logger.warning("could not raise the open files limit from %d to %d: %s", soft, target, exc)
 
 
-_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&\s\"']*")
-
-
 class _RedactSecrets(logging.Filter):
-    """Masks ``token=…`` and ``resume_token=…`` in a record's string arguments."""
+    """Masks a record's secrets (`mask_secrets`) in its message and its string arguments (uvicorn's
+    access formatter reads the arguments one by one, so they stay a tuple)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, str) and "token=" in a for a in args):
-            record.args = tuple(
-                _SECRET_QUERY.sub(r"\1=***", a) if isinstance(a, str) else a for a in args
-            )
-        elif isinstance(record.msg, str) and "token=" in record.msg:
-            record.msg = _SECRET_QUERY.sub(r"\1=***", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask_secrets(a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = mask_secrets(record.msg)
         return True
 
 
 def redact_secrets_in_logs() -> None:
-    """Mask resume tokens and bearer tokens in uvicorn's access and error logs (which print
-    every request's path with its query string). Idempotent."""
+    """Mask resume tokens, bearer tokens and passwords (`mask_secrets`) in uvicorn's access and
+    error logs (which print every request's target with its query string). Idempotent."""
     for name in ("uvicorn.access", "uvicorn.error"):
         log = logging.getLogger(name)
         if not any(isinstance(f, _RedactSecrets) for f in log.filters):
