@@ -10,6 +10,7 @@ from the environment variables alone.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -156,7 +157,8 @@ class SigtermDuringStartUp:
     noted: raised as SystemExit wherever the main thread was, it could land in a finaliser
     (which drops it: the server then served on) or in the start of a worker process (whose exit
     then waited for a worker that waits for its parent). `arm`, called once the start-up is
-    done, exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
+    done, collects the start-up's garbage (its finalisers run while a SIGTERM is still only
+    noted), then exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
     the caller's ``finally`` stops the workers (uvicorn re-raises the SIGTERM it handled once it
     has shut down). The exit status is `TERMINATED`, as for any program a SIGTERM ended."""
 
@@ -177,6 +179,9 @@ class SigtermDuringStartUp:
         raise SystemExit(TERMINATED)
 
     def arm(self) -> None:
+        # Collected later, a finaliser (regex's parser leaves cycles of them) would take the
+        # SystemExit and drop it.
+        gc.collect()
         self.armed = True
         if self.noted:
             raise SystemExit(TERMINATED)
