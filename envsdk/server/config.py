@@ -8,7 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES"]
+__all__ = [
+    "ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES",
+    "positive_int",
+]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
@@ -290,6 +293,17 @@ def _document_fields(model: type[BaseModel]) -> None:
 
 
 _document_fields(ServerConfig)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def add_access_arguments(parser: argparse.ArgumentParser) -> None:

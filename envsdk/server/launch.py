@@ -3,11 +3,14 @@ gracefully on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import functools
+import gc
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -28,6 +31,8 @@ __all__ = [
     "raise_open_files_limit",
     "redact_secrets_in_logs",
     "route_envsdk_logs",
+    "SigtermDuringStartUp",
+    "TERMINATED",
 ]
 
 logger = logging.getLogger("envsdk.server")
@@ -116,6 +121,56 @@ def ensure_port_free(host: str, port: int) -> None:
             # Any other refusal (no such address, a privileged port) is uvicorn's to report.
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUseError(f"port {port} on {host} is already in use") from None
+
+
+#: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
+TERMINATED = 128 + signal.SIGTERM
+
+
+class SigtermDuringStartUp:
+    """A server command's SIGTERM handler (`install`; the game servers' in ``servers/``). While the server starts, a SIGTERM is only
+    noted: raised as SystemExit wherever the main thread was, it could land in a finaliser
+    (which drops it: the server then served on) or in the start of a worker process (whose exit
+    then waited for a worker that waits for its parent). `arm`, called once the start-up is
+    done, collects the start-up's garbage (its finalisers run while a SIGTERM is still only
+    noted), then exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
+    the caller's ``finally`` stops the workers (uvicorn re-raises the SIGTERM it handled once it
+    has shut down). The exit status is `TERMINATED`, as for any program a SIGTERM ended."""
+
+    def __init__(self) -> None:
+        self.noted = False
+        self.armed = False
+
+    @classmethod
+    def install(cls) -> SigtermDuringStartUp:
+        handler = cls()
+        signal.signal(signal.SIGTERM, handler)
+        return handler
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if not self.armed:
+            self.noted = True
+            return
+        raise SystemExit(TERMINATED)
+
+    def arm(self) -> None:
+        # Collected later, a finaliser (regex's parser leaves cycles of them) would take the
+        # SystemExit and drop it.
+        gc.collect()
+        self.armed = True
+        if self.noted:
+            raise SystemExit(TERMINATED)
+
+    def serve(self, app: Any, args: argparse.Namespace) -> int:
+        """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
+        (1, said in one line, when another server holds the port)."""
+        self.arm()
+        try:
+            serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        except PortInUseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
 
 
 class DrainingServer(uvicorn.Server):

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envsdk.server.config import access_options, add_access_arguments
-from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
+from envsdk.server.config import access_options, add_access_arguments, positive_int
+from envsdk.server.launch import SigtermDuringStartUp
 
 __all__ = ["build_parser", "main"]
 

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envsdk.server.config import access_options, add_access_arguments
+from envsdk.server.config import access_options, add_access_arguments, positive_int
+from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
-from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
 
 __all__ = ["build_parser", "main"]
 

@@ -93,7 +93,7 @@ def test_a_sigterm_at_any_moment_of_the_start_up_stops_the_server() -> None:
 # while the collector runs it, once the start-up is over.
 _SIGTERM_IN_A_FINALISER = textwrap.dedent("""
     import gc, os, signal
-    from servers.textarena.start_textarena_server import SigtermDuringStartUp
+    from envsdk.server.launch import SigtermDuringStartUp
 
     class Garbage:
         def __del__(self):
