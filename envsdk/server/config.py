@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
     "ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES",
-    "positive_int",
+    "positive_int", "LOG_LEVELS", "add_log_level_argument",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -325,6 +325,35 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+#: The log levels a server takes (uvicorn's; envsdk's own loggers follow them).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+_LOG_LEVEL_VARIABLE = "LOG_LEVEL"
+
+
+class _SetByVariable(str):
+    """The value of ``$LOG_LEVEL`` as ``--log-level``'s default: a refusal names the variable."""
+
+
+def _log_level(text: str) -> str:
+    """argparse type of ``--log-level``: one of `LOG_LEVELS`, in any case."""
+    level = text.strip().lower()
+    if level in LOG_LEVELS:
+        return level
+    given = f"{_LOG_LEVEL_VARIABLE}={str(text)!r}" if isinstance(text, _SetByVariable) else repr(text)
+    raise argparse.ArgumentTypeError(f"{given} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+
+
+def add_log_level_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--log-level`` (`LOG_LEVELS`, default ``$LOG_LEVEL``, else info) to a server's command
+    line; `what` says what it sets. An unknown level, given or in ``$LOG_LEVEL``, is a usage
+    error (exit 2) naming where it came from, not taken for info."""
+    parser.add_argument(
+        "--log-level", type=_log_level, default=_SetByVariable(os.environ.get(_LOG_LEVEL_VARIABLE) or "info"),
+        metavar="LEVEL",
+        help=f"{what}: one of {', '.join(LOG_LEVELS)} (default: $LOG_LEVEL, else info)",
+    )
 
 
 def add_access_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from envsdk.server.config import access_options, add_access_arguments, positive_int
+from envsdk.server.config import (
+    access_options,
+    add_access_arguments,
+    add_log_level_argument,
+    positive_int,
+)
 from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.textarena.environment import DEFAULT_ENV_ID, check_env_id
@@ -91,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
     parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
-    parser.add_argument(
-        "--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info)."
-    )
+    add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
