@@ -298,6 +298,13 @@ def test_an_unknown_log_level_is_a_usage_error_naming_where_it_came_from(module:
     assert _run_server(module, "--log-level", "DEBUG", "--help").returncode == 0  # any case is a level
 
 
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+@pytest.mark.parametrize("replicas", ["0", "-2", "two"])
+def test_a_replica_count_below_one_is_a_usage_error(module: str, replicas: str) -> None:
+    line = _usage_error(_run_server(module, "--replicas", replicas), module)
+    assert "--replicas" in line and replicas in line, line
+
+
 _EXIT_SCRIPT = """
 import atexit, sys
 seen = {}
