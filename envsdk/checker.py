@@ -130,8 +130,9 @@ class EnvCheckError(EnvSDKError):
 
 
 class CheckOptionError(ValueError):
-    """An option of the check does not fit the environment (an `actions` entry its action type
-    refuses, actions for an `Env`); the message names the option and what it needs."""
+    """An option of the check that cannot be used (a count out of its bounds) or does not fit the
+    environment (an `actions` entry its action type refuses, actions for an `Env`); the message
+    names the option and what it needs."""
 
 
 @dataclass
@@ -993,6 +994,23 @@ async def _check(
 MAX_CONCURRENCY = 256
 
 
+def _check_counts(concurrency: int, max_steps: int, *, flags: bool = False) -> None:
+    """Raise `CheckOptionError` for a crowd of resets or a step budget no check can use:
+    `concurrency` outside 2 to `MAX_CONCURRENCY`, `max_steps` below 1. `flags`: the message
+    names them as the command line does (``--max-steps``)."""
+
+    def name(option: str) -> str:
+        return "--" + option.replace("_", "-") if flags else option
+
+    if not 2 <= concurrency <= MAX_CONCURRENCY:
+        raise CheckOptionError(
+            f"{name('concurrency')} must be at least 2 (to test concurrent seeding) and at most"
+            f" {MAX_CONCURRENCY} (one thread or env per reset), got {concurrency}"
+        )
+    if max_steps < 1:
+        raise CheckOptionError(f"{name('max_steps')} must be at least 1 (no step would be checked), got {max_steps}")
+
+
 def check_env(
     target: Any,
     *,
@@ -1015,14 +1033,7 @@ def check_env(
     """
     if isinstance(target, str):
         target = resolve_target(target)
-    if concurrency < 2:
-        raise ValueError(f"concurrency must be at least 2 to test concurrent seeding, got {concurrency}")
-    if concurrency > MAX_CONCURRENCY:
-        raise ValueError(
-            f"concurrency must be at most {MAX_CONCURRENCY} (one thread or env per reset), got {concurrency}"
-        )
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1 (no step would be checked), got {max_steps}")
+    _check_counts(concurrency, max_steps)
     if not replies:
         raise ValueError("replies must not be empty")
     if not (math.isfinite(call_timeout) and call_timeout > 0):
@@ -1162,14 +1173,10 @@ def run_check_env(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     # The options are checked before the target is imported: a bad one is the caller's mistake.
-    if not 2 <= args.concurrency <= MAX_CONCURRENCY:
-        print(
-            f"envsdk check-env: error: --concurrency must be between 2 and {MAX_CONCURRENCY}, got {args.concurrency}",
-            file=sys.stderr,
-        )
-        return 2
-    if args.max_steps < 1:
-        print(f"envsdk check-env: error: --max-steps must be >= 1, got {args.max_steps}", file=sys.stderr)
+    try:
+        _check_counts(args.concurrency, args.max_steps, flags=True)
+    except CheckOptionError as exc:
+        print(f"envsdk check-env: error: {exc}", file=sys.stderr)
         return 2
     try:
         load_plugins(args.external_plugins)

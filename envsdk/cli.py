@@ -42,7 +42,6 @@ EXTRAS = {
     "torch": "train", "transformers": "train", "tokenizers": "train", "accelerate": "train",
     "trl": "train", "datasets": "train",
 }
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class CommandError(Exception):
@@ -205,11 +204,9 @@ def _add_serve(subparsers: Any) -> None:
     )
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
-    parser.add_argument(
-        "--log-level", default="info", choices=LOG_LEVELS, help="uvicorn's and envsdk's log level (default: info)"
-    )
-    from envsdk.server.config import add_access_arguments
+    from envsdk.server.config import add_access_arguments, add_log_level_argument
 
+    add_log_level_argument(parser, "uvicorn's and envsdk's log level")
     add_access_arguments(parser)
     parser.add_argument(
         "--allowed-hosts", default=None,

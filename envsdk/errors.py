@@ -29,9 +29,11 @@ __all__ = [
 ]
 
 # ``token=…`` / ``resume_token=…`` in a query string, and the ``user:password@`` of a URL.
-# A value ends at the query's next ``&``, or where the message goes on (a quote, a space, ``: ``).
-_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&#\s\"'\\)]*?(?=[&#\s\"'\\)]|:\s|:?$)")
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s\"']*@")
+# A value runs to the query's next ``&``, as a server reads it: a bearer token is the user's own
+# string (``)``, ``#``, ``\\`` included, sent as typed), so it ends early only where no request
+# target goes on (a quote, a space, ``: ``). A password runs to the URL's last ``@``.
+_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&\s\"']*?(?=[&\s\"']|:\s|$)")
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s\"']*@")
 
 
 def mask_secrets(text: str) -> str:

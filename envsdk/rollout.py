@@ -321,7 +321,7 @@ def check_base_url(url: str) -> None:
             websocket_url(url)
         except BaseUrlError as exc:
             raise UsageError(f"--base-url {exc.url!r} {exc.problem}") from None
-    if not sep:
+    else:
         from envsdk.client.pool import is_pool_spec
 
         if not is_pool_spec(url):  # else every episode would end in an error on it

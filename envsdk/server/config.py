@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES"]
+__all__ = [
+    "ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES",
+    "positive_int", "LOG_LEVELS", "add_log_level_argument",
+]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
@@ -28,46 +32,53 @@ class ServerEnvironmentError(ValueError):
     """An environment variable that sets a server option holds a value it cannot take."""
 
 
-#: The options a `ServerConfig` reads from an environment variable when not given, by field.
-ENVIRONMENT_VARIABLES = {
-    "max_concurrent_envs": "MAX_CONCURRENT_ENVS", "lane_wait_s": "ENVSDK_LANE_WAIT_S",
-    "max_body_bytes": "ENVSDK_MAX_BODY_BYTES", "handshake_timeout_s": "ENVSDK_HANDSHAKE_TIMEOUT_S",
-    "first_frame_timeout_s": "ENVSDK_FIRST_FRAME_TIMEOUT_S", "ws_ping_interval_s": "ENVSDK_WS_PING_INTERVAL_S",
-    "ws_ping_timeout_s": "ENVSDK_WS_PING_TIMEOUT_S", "web": "ENVSDK_WEB", "mode": "OPENENV_MODE",
-}
+class _FromEnv:
+    """A field's default factory: ``read(variable, *args)``, the value environment variable
+    `variable` sets, or the default when it is unset. The variable is named here alone: the
+    reader's refusals and `ENVIRONMENT_VARIABLES` take it from `variable`."""
+
+    def __init__(self, variable: str, read: Callable[..., Any], *args: Any) -> None:
+        self.variable = variable
+        self._read = read
+        self._args = args
+
+    def __call__(self) -> Any:
+        return self._read(self.variable, *self._args)
 
 
-def _default_max_concurrent_envs() -> int:
-    raw = os.environ.get("MAX_CONCURRENT_ENVS")
+def _env_count(name: str, default: int) -> int:
+    """The positive integer in environment variable `name`, else `default`."""
+    raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
-        return 64
+        return default
     try:
         value = int(raw)
     except ValueError:
-        raise ServerEnvironmentError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}") from None
+        raise ServerEnvironmentError(f"{name} must be a positive integer, got {raw!r}") from None
     if value < 1:
-        raise ServerEnvironmentError(f"MAX_CONCURRENT_ENVS must be a positive integer, got {raw!r}")
+        raise ServerEnvironmentError(f"{name} must be a positive integer, got {raw!r}")
     return value
 
 
-def _default_web() -> bool:
-    raw = os.environ.get("ENVSDK_WEB", "").strip().lower()
+def _env_switch(name: str) -> bool:
+    """Environment variable `name` as a switch that is on unless set off."""
+    raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "1", "true", "yes", "on"):
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise ServerEnvironmentError(f"ENVSDK_WEB must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
+    raise ServerEnvironmentError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
-def _default_token() -> SecretStr | None:
-    raw = os.environ.get("ENVSDK_TOKEN", "")
+def _env_secret(name: str) -> SecretStr | None:
+    raw = os.environ.get(name, "")
     return SecretStr(raw) if raw else None
 
 
-def _default_mode() -> Literal["simulation", "production"]:
-    raw = os.environ.get("OPENENV_MODE", "").strip().lower() or "simulation"
+def _env_mode(name: str) -> Literal["simulation", "production"]:
+    raw = os.environ.get(name, "").strip().lower() or "simulation"
     if raw not in ("simulation", "production"):
-        raise ServerEnvironmentError(f"OPENENV_MODE must be 'simulation' or 'production', got {raw!r}")
+        raise ServerEnvironmentError(f"{name} must be 'simulation' or 'production', got {raw!r}")
     return "production" if raw == "production" else "simulation"
 
 
@@ -84,8 +95,14 @@ def _env_number(name: str, default: float | None, kind: type[float] | type[int] 
         raise ServerEnvironmentError(f"{name} must be a number (or 'none'), got {raw!r}") from None
 
 
-def _default_allowed_hosts() -> tuple[str, ...] | None:
-    raw = os.environ.get("ENVSDK_ALLOWED_HOSTS", "").strip()
+def _env_bound(name: str, default: float, kind: type[float | int] = float) -> float:
+    """`_env_number` for an option that cannot be None: "none" reads as 0, which the field's
+    bound then refuses (or takes, where 0 is allowed)."""
+    return kind(_env_number(name, default, kind) or 0)
+
+
+def _env_hosts(name: str) -> tuple[str, ...] | None:
+    raw = os.environ.get(name, "").strip()
     return tuple(h.strip() for h in raw.split(",") if h.strip()) if raw else None
 
 
@@ -96,7 +113,7 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
     max_concurrent_envs: int = Field(
-        default_factory=_default_max_concurrent_envs,
+        default_factory=_FromEnv("MAX_CONCURRENT_ENVS", _env_count, 64),
         ge=1,
         description="Most sessions (env instances) alive at once, connected or awaiting resume. "
         "Default: the MAX_CONCURRENT_ENVS environment variable, else 64.",
@@ -143,7 +160,7 @@ class ServerConfig(BaseModel):
         "TIMEOUT) gets CAPACITY_REACHED until one returns.",
     )
     lane_wait_s: float = Field(
-        default_factory=lambda: float(_env_number("ENVSDK_LANE_WAIT_S", 0.001) or 0),
+        default_factory=_FromEnv("ENVSDK_LANE_WAIT_S", _env_bound, 0.001),
         ge=0,
         le=0.1,
         description="How long the event loop waits, GIL released, for a synchronous env call it "
@@ -211,7 +228,7 @@ class ServerConfig(BaseModel):
         default=1.0, ge=0, description="`retry_after_s` hint sent with CAPACITY_REACHED."
     )
     token: SecretStr | None = Field(
-        default_factory=_default_token,
+        default_factory=_FromEnv("ENVSDK_TOKEN", _env_secret),
         description="Bearer token every route but /health requires (`Authorization: Bearer "
         "<token>` or `?token=<token>`). Default: the ENVSDK_TOKEN environment variable, else "
         "None (no authentication). See `envsdk.server.auth`.",
@@ -231,51 +248,51 @@ class ServerConfig(BaseModel):
         "close_timeout_s whatever env code is doing.",
     )
     mode: Literal["simulation", "production"] = Field(
-        default_factory=_default_mode,
+        default_factory=_FromEnv("OPENENV_MODE", _env_mode),
         description="OpenEnv's server mode: 'production' drops the HTTP /reset, /step and /state "
         "routes (episodes run over /ws, tools over /mcp). Default: OPENENV_MODE, else 'simulation'.",
     )
     web: bool = Field(
-        default_factory=_default_web,
+        default_factory=_FromEnv("ENVSDK_WEB", _env_switch),
         description="Serve the web page at /web (see `envsdk.web`). Default: on, unless the "
         "ENVSDK_WEB environment variable is 0/false/no/off.",
     )
     # Hardening for untrusted networks: what one client may cost (see README, "Security").
     allowed_hosts: tuple[str, ...] | None = Field(
-        default_factory=_default_allowed_hosts,
+        default_factory=_FromEnv("ENVSDK_ALLOWED_HOSTS", _env_hosts),
         description="Host header values served (names, optionally with '*.' wildcard prefix; "
         "'*' = any). None (default): a connection that arrives on a loopback address must name "
         "localhost, 127.0.0.1 or ::1 (DNS rebinding), any other is served. Default: the "
         "comma-separated ENVSDK_ALLOWED_HOSTS environment variable, else None.",
     )
     max_body_bytes: int = Field(
-        default_factory=lambda: int(_env_number("ENVSDK_MAX_BODY_BYTES", 1024 * 1024, int) or 0),
+        default_factory=_FromEnv("ENVSDK_MAX_BODY_BYTES", _env_bound, 1024 * 1024, int),
         ge=64,
         description="Largest HTTP request body (POST /reset, /step …); larger ones get 413 "
         "before they are read. Default: ENVSDK_MAX_BODY_BYTES, else 1 MiB.",
     )
     handshake_timeout_s: float = Field(
-        default_factory=lambda: float(_env_number("ENVSDK_HANDSHAKE_TIMEOUT_S", 10.0) or 0),
+        default_factory=_FromEnv("ENVSDK_HANDSHAKE_TIMEOUT_S", _env_bound, 10.0),
         gt=0,
         description="A connection whose HTTP request head (a WebSocket upgrade included) is not "
         "complete this long after it opened is closed (slowloris). Applied by "
         "`envsdk.server.serve`. Default: ENVSDK_HANDSHAKE_TIMEOUT_S, else 10.",
     )
     first_frame_timeout_s: float | None = Field(
-        default_factory=lambda: _env_number("ENVSDK_FIRST_FRAME_TIMEOUT_S", 10.0),
+        default_factory=_FromEnv("ENVSDK_FIRST_FRAME_TIMEOUT_S", _env_number, 10.0),
         gt=0,
         description="A WebSocket that sends no frame this long after it is accepted is closed "
         "(1008) and its slot freed. None: wait forever. Default: ENVSDK_FIRST_FRAME_TIMEOUT_S, "
         "else 10.",
     )
     ws_ping_interval_s: float | None = Field(
-        default_factory=lambda: _env_number("ENVSDK_WS_PING_INTERVAL_S", 20.0),
+        default_factory=_FromEnv("ENVSDK_WS_PING_INTERVAL_S", _env_number, 20.0),
         gt=0,
         description="Keepalive ping period of every WebSocket (uvicorn's ws_ping_interval). "
         "Default: ENVSDK_WS_PING_INTERVAL_S, else 20.",
     )
     ws_ping_timeout_s: float = Field(
-        default_factory=lambda: float(_env_number("ENVSDK_WS_PING_TIMEOUT_S", 20.0) or 0),
+        default_factory=_FromEnv("ENVSDK_WS_PING_TIMEOUT_S", _env_bound, 20.0),
         gt=0,
         description="A peer that leaves a keepalive ping unanswered, or reads nothing while "
         "replies for it pile up past 64 KiB, for this long is disconnected at once (its send "
@@ -290,6 +307,53 @@ def _document_fields(model: type[BaseModel]) -> None:
 
 
 _document_fields(ServerConfig)
+
+#: The options a `ServerConfig` reads from an environment variable when not given, by field.
+ENVIRONMENT_VARIABLES = {
+    name: info.default_factory.variable
+    for name, info in ServerConfig.model_fields.items()
+    if isinstance(info.default_factory, _FromEnv)
+}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+#: The log levels a server takes (uvicorn's; envsdk's own loggers follow them).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+_LOG_LEVEL_VARIABLE = "LOG_LEVEL"
+
+
+class _SetByVariable(str):
+    """The value of ``$LOG_LEVEL`` as ``--log-level``'s default: a refusal names the variable."""
+
+
+def _log_level(text: str) -> str:
+    """argparse type of ``--log-level``: one of `LOG_LEVELS`, in any case."""
+    level = text.strip().lower()
+    if level in LOG_LEVELS:
+        return level
+    given = f"{_LOG_LEVEL_VARIABLE}={str(text)!r}" if isinstance(text, _SetByVariable) else repr(text)
+    raise argparse.ArgumentTypeError(f"{given} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+
+
+def add_log_level_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--log-level`` (`LOG_LEVELS`, default ``$LOG_LEVEL``, else info) to a server's command
+    line; `what` says what it sets. An unknown level, given or in ``$LOG_LEVEL``, is a usage
+    error (exit 2) naming where it came from, not taken for info."""
+    parser.add_argument(
+        "--log-level", type=_log_level, default=_SetByVariable(os.environ.get(_LOG_LEVEL_VARIABLE) or "info"),
+        metavar="LEVEL",
+        help=f"{what}: one of {', '.join(LOG_LEVELS)} (default: $LOG_LEVEL, else info)",
+    )
 
 
 def add_access_arguments(parser: argparse.ArgumentParser) -> None:

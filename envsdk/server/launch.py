@@ -3,12 +3,14 @@ gracefully on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import functools
+import gc
 import logging
 import os
-import re
+import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,6 +18,7 @@ from typing import Any
 
 import uvicorn
 
+from envsdk.errors import mask_secrets
 from envsdk.server.config import ServerConfig
 
 __all__ = [
@@ -28,6 +31,8 @@ __all__ = [
     "raise_open_files_limit",
     "redact_secrets_in_logs",
     "route_envsdk_logs",
+    "SigtermDuringStartUp",
+    "TERMINATED",
 ]
 
 logger = logging.getLogger("envsdk.server")
@@ -58,7 +63,8 @@ def serve(
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
     SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
-    strings (``resume_token``, ``token``) are masked in uvicorn's logs (`redact_secrets_in_logs`).
+    strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
+    logs (`redact_secrets_in_logs`).
     A port another socket listens on raises `PortInUseError` before the app starts.
     """
     host = host or os.environ.get("HOST") or "127.0.0.1"
@@ -115,6 +121,56 @@ def ensure_port_free(host: str, port: int) -> None:
             # Any other refusal (no such address, a privileged port) is uvicorn's to report.
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUseError(f"port {port} on {host} is already in use") from None
+
+
+#: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
+TERMINATED = 128 + signal.SIGTERM
+
+
+class SigtermDuringStartUp:
+    """A server command's SIGTERM handler (`install`; the game servers' in ``servers/``). While the server starts, a SIGTERM is only
+    noted: raised as SystemExit wherever the main thread was, it could land in a finaliser
+    (which drops it: the server then served on) or in the start of a worker process (whose exit
+    then waited for a worker that waits for its parent). `arm`, called once the start-up is
+    done, collects the start-up's garbage (its finalisers run while a SIGTERM is still only
+    noted), then exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
+    the caller's ``finally`` stops the workers (uvicorn re-raises the SIGTERM it handled once it
+    has shut down). The exit status is `TERMINATED`, as for any program a SIGTERM ended."""
+
+    def __init__(self) -> None:
+        self.noted = False
+        self.armed = False
+
+    @classmethod
+    def install(cls) -> SigtermDuringStartUp:
+        handler = cls()
+        signal.signal(signal.SIGTERM, handler)
+        return handler
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if not self.armed:
+            self.noted = True
+            return
+        raise SystemExit(TERMINATED)
+
+    def arm(self) -> None:
+        # Collected later, a finaliser (regex's parser leaves cycles of them) would take the
+        # SystemExit and drop it.
+        gc.collect()
+        self.armed = True
+        if self.noted:
+            raise SystemExit(TERMINATED)
+
+    def serve(self, app: Any, args: argparse.Namespace) -> int:
+        """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
+        (1, said in one line, when another server holds the port)."""
+        self.arm()
+        try:
+            serve(app, host=args.host, port=args.port, log_level=args.log_level)
+        except PortInUseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
 
 
 class DrainingServer(uvicorn.Server):
@@ -326,26 +382,21 @@ def raise_open_files_limit() -> None:
         logger.warning("could not raise the open files limit from %d to %d: %s", soft, target, exc)
 
 
-_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&\s\"']*")
-
-
 class _RedactSecrets(logging.Filter):
-    """Masks ``token=…`` and ``resume_token=…`` in a record's string arguments."""
+    """Masks a record's secrets (`mask_secrets`) in its message and its string arguments (uvicorn's
+    access formatter reads the arguments one by one, so they stay a tuple)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, str) and "token=" in a for a in args):
-            record.args = tuple(
-                _SECRET_QUERY.sub(r"\1=***", a) if isinstance(a, str) else a for a in args
-            )
-        elif isinstance(record.msg, str) and "token=" in record.msg:
-            record.msg = _SECRET_QUERY.sub(r"\1=***", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask_secrets(a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = mask_secrets(record.msg)
         return True
 
 
 def redact_secrets_in_logs() -> None:
-    """Mask resume tokens and bearer tokens in uvicorn's access and error logs (which print
-    every request's path with its query string). Idempotent."""
+    """Mask resume tokens, bearer tokens and passwords (`mask_secrets`) in uvicorn's access and
+    error logs (which print every request's target with its query string). Idempotent."""
     for name in ("uvicorn.access", "uvicorn.error"):
         log = logging.getLogger(name)
         if not any(isinstance(f, _RedactSecrets) for f in log.filters):

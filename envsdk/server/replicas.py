@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from envsdk.server.config import positive_int
+
 __all__ = [
     "ReplicaSet",
     "Replica",
@@ -63,17 +65,8 @@ def add_replica_arguments(parser: argparse.ArgumentParser, *, ports: str) -> Non
     """Add ``--replicas N`` and ``--replicas-file F`` (the `REPLICA_OPTIONS` a supervisor
     consumes) to a server's argparse parser; `ports` says where the replicas listen."""
 
-    def positive(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-        return value
-
     parser.add_argument(
-        "--replicas", type=positive, default=1,
+        "--replicas", type=positive_int, default=1,
         help=f"run N server processes on {ports}, restarted when they die; prints their base "
         "URLs (default 1: this process serves, no supervisor)",
     )

@@ -11,8 +11,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envsdk.server.config import access_options, add_access_arguments
-from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
+from envsdk.server.config import (
+    access_options,
+    add_access_arguments,
+    add_log_level_argument,
+    positive_int,
+)
+from envsdk.server.launch import SigtermDuringStartUp
 
 __all__ = ["build_parser", "main"]
 
@@ -39,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default=env.get("HOST", "127.0.0.1"), help="env var HOST (default 127.0.0.1).")
     parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
-    parser.add_argument("--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info).")
+    add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     return parser
 

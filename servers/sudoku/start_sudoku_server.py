@@ -11,10 +11,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envsdk.server.config import access_options, add_access_arguments
+from envsdk.server.config import (
+    access_options,
+    add_access_arguments,
+    add_log_level_argument,
+    positive_int,
+)
+from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
-from servers.textarena.start_textarena_server import SigtermDuringStartUp, positive_int
 
 __all__ = ["build_parser", "main"]
 
@@ -62,10 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=positive_int, default=env.get("PORT", "8000"),
         help="env var PORT (default 8000).",
     )
-    parser.add_argument(
-        "--log-level", default=env.get("LOG_LEVEL", "info"),
-        help="env var LOG_LEVEL (default info): uvicorn's log level.",
-    )
+    add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser

@@ -11,30 +11,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from envsdk.server.config import access_options, add_access_arguments
+from envsdk.server.config import (
+    access_options,
+    add_access_arguments,
+    add_log_level_argument,
+    positive_int,
+)
+from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.textarena.environment import DEFAULT_ENV_ID, check_env_id
 from servers.textarena.errors import TextArenaOptionError
 
-__all__ = [
-    "TERMINATED", "SigtermDuringStartUp", "build_parser", "exit_on_sigterm", "main", "positive_float", "positive_int",
-]
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+__all__ = ["build_parser", "main", "positive_float"]
 
 
 def positive_float(text: str) -> float:
@@ -105,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
     parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
-    parser.add_argument(
-        "--log-level", default=env.get("LOG_LEVEL", "info"), help="env var LOG_LEVEL (default info)."
-    )
+    add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")
     return parser
@@ -140,60 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sigterm.serve(app, args)
     finally:
         pool.shutdown()
-
-
-#: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
-TERMINATED = 128 + signal.SIGTERM
-
-
-def exit_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM handler raising SystemExit(`TERMINATED`), so the caller's ``finally`` blocks run."""
-    raise SystemExit(TERMINATED)
-
-
-class SigtermDuringStartUp:
-    """A game server's SIGTERM handler (`install`). While the server starts, a SIGTERM is only
-    noted: raised as SystemExit wherever the main thread was, it could land in a finaliser
-    (which drops it: the server then served on) or in the start of a worker process (whose exit
-    then waited for a worker that waits for its parent). `arm`, called once the start-up is
-    done, exits for a SIGTERM noted before; from then on each one raises SystemExit at once, so
-    the caller's ``finally`` stops the workers (uvicorn re-raises the SIGTERM it handled once it
-    has shut down). The exit status is `TERMINATED`, as for any program a SIGTERM ended."""
-
-    def __init__(self) -> None:
-        self.noted = False
-        self.armed = False
-
-    @classmethod
-    def install(cls) -> SigtermDuringStartUp:
-        handler = cls()
-        signal.signal(signal.SIGTERM, handler)
-        return handler
-
-    def __call__(self, signum: int, frame: object) -> None:
-        if not self.armed:
-            self.noted = True
-            return
-        raise SystemExit(TERMINATED)
-
-    def arm(self) -> None:
-        self.armed = True
-        if self.noted:
-            raise SystemExit(TERMINATED)
-
-    def serve(self, app: Any, args: argparse.Namespace) -> int:
-        """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
-        (1, said in one line, when another server holds the port)."""
-        from envsdk.server import serve
-        from envsdk.server.launch import PortInUseError
-
-        self.arm()
-        try:
-            serve(app, host=args.host, port=args.port, log_level=args.log_level)
-        except PortInUseError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
 
 
 def _serve_replicas(args: argparse.Namespace, argv: list[str]) -> int:

@@ -83,6 +83,20 @@ def test_a_server_option_set_by_a_bad_environment_variable_names_the_variable(
     assert "--" not in line.replace("envsdk serve", ""), line
 
 
+@pytest.mark.parametrize(("flags", "env", "named"), [
+    ([], {"LOG_LEVEL": "loud"}, "LOG_LEVEL='loud'"), (["--log-level", "loud"], {}, "--log-level"),
+])
+def test_an_unknown_log_level_is_a_usage_error_before_the_target_is_imported(
+    folder: Path, flags: list[str], env: dict[str, str], named: str
+) -> None:
+    """LOG_LEVEL was not read at all: `envsdk serve` served at info, whatever it said."""
+    (folder / "my_env.py").write_text("print('my_env imported')\n" + (folder / "my_env.py").read_text())
+    served = envsdk("serve", "my_env:MyEnv", "--port", "0", *flags, cwd=folder, timeout=30, env={**user_env(), **env})
+    line = _error_line(served, "serve")
+    assert served.returncode == 2 and named in line and "debug" in line, line
+    assert "my_env imported" not in served.stdout
+
+
 def test_serving_on_a_taken_port_says_so_before_starting(folder: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -92,6 +92,8 @@ def test_a_server_killed_mid_run_leaks_no_resume_token_into_stderr_or_records(tm
         ("http://127.0.0.1:abc", ["--base-url", "port", "abc"]),
         ("http://127.0.0.1:99999", ["--base-url", "port", "99999", "65535"]),
         ("http://user:s3cret-pw@127.0.0.1:8010", ["--base-url", "user name or password", "ENVSDK_TOKEN"]),
+        # A token is the user's own string: all of it up to the next `&` is masked, `)` included.
+        ("http://127.0.0.1:99999/?token=pw)s3cret-pw", ["--base-url", "port", "99999", "token=***"]),
     ],
 )
 def test_a_malformed_base_url_is_one_line_and_exit_2(tmp_path: Path, url: str, needles: list[str]) -> None:

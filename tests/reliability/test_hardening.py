@@ -490,6 +490,28 @@ def test_resume_tokens_are_not_logged_and_resume_only_once(tmp_path):
     assert "resume_token=***" in log
 
 
+# A bearer token is the user's own string: the server takes all of it up to the query's next `&`,
+# and a browser or curl sends `)` and `\\` as typed.
+_ODD_TOKEN = "pa)ss\\wo#rd:"
+
+
+@pytest.mark.timeout(60)
+def test_odd_tokens_and_passwords_in_a_request_are_masked_in_the_log(tmp_path):
+    with bounded_server(ECHO, tmp_path / "server.log", args=["--log-level", "info"],
+                        env={"ENVSDK_TOKEN": _ODD_TOKEN}) as server:
+        accepted = RawWebSocket(server.port, path=f"/ws?token={_ODD_TOKEN}&resume_token=re)sume")
+        assert accepted.status == 101  # the server took the whole odd token as the token
+        accepted.close()
+        # An absolute request target, with a user:password@ (HTTP/1.1 allows the form).
+        absolute = RawWebSocket(server.port, path=f"ws://user:p@ss@127.0.0.1:{server.port}/ws?token={_ODD_TOKEN}")
+        absolute.close()
+        log = server.log()
+    assert '"WebSocket /ws?token=***&resume_token=***" [accepted]' in log
+    assert f'"WebSocket ws://***@127.0.0.1:{server.port}/ws?token=***" 403' in log
+    for piece in (")ss", "\\wo", "#rd", "rd:", ")sume", "user", "p@ss", "@ss@"):
+        assert piece not in log, piece
+
+
 # ------------------------------------------------------------------ 9 frame limit in bytes, Sudoku caps
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import websockets
 
+from envsdk.testing import free_port
 from tests.reliability.helpers import ServerProcess, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -266,6 +267,42 @@ def test_the_wordle_refusal_names_every_missing_nltk_resource(tmp_path: Path) ->
     err = done.stderr.strip()
     assert "NLTK data not installed: averaged_perceptron_tagger_eng, words" in err, err
     assert "\n" not in err
+
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_server(module: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m module --port <free> flags``, waited for (a server that serves is killed at 90 s)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, "--port", str(free_port()), *flags], cwd=_REPO, env={**os.environ, "ENVSDK_WEB": "0", **(env or {})},
+        capture_output=True, text=True, timeout=90, check=False,
+    )
+
+
+def _usage_error(done: subprocess.CompletedProcess[str], module: str) -> str:
+    """The one error line of a usage error (exit 2, no traceback)."""
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"python -m {module}: error: "), done.stderr[-2000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena", "servers.coding"])
+def test_an_unknown_log_level_is_a_usage_error_naming_where_it_came_from(module: str) -> None:
+    """LOG_LEVEL=loud started the game workers, then failed in uvicorn with a KeyError traceback."""
+    line = _usage_error(_run_server(module, env={"LOG_LEVEL": "loud"}), module)
+    assert "LOG_LEVEL='loud'" in line and "critical, error, warning, info, debug, trace" in line, line
+    line = _usage_error(_run_server(module, "--log-level", "loud"), module)
+    assert "--log-level" in line and "'loud'" in line and "LOG_LEVEL=" not in line, line
+    assert _run_server(module, "--log-level", "DEBUG", "--help").returncode == 0  # any case is a level
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+@pytest.mark.parametrize("replicas", ["0", "-2", "two"])
+def test_a_replica_count_below_one_is_a_usage_error(module: str, replicas: str) -> None:
+    line = _usage_error(_run_server(module, "--replicas", replicas), module)
+    assert "--replicas" in line and replicas in line, line
 
 
 _EXIT_SCRIPT = """
