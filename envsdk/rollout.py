@@ -308,12 +308,13 @@ def check_base_url(url: str) -> None:
     from envsdk.client.client import websocket_url
     from envsdk.errors import BaseUrlError, mask_secrets
 
+    shown = mask_secrets(url)
     if re.fullmatch(r"[\w.-]+:\d+(/.*)?", url) or re.fullmatch(r"\[[0-9a-fA-F:]+\]:\d+(/.*)?", url):
-        raise UsageError(f"--base-url {url!r} has no scheme: use 'http://{url}'")
+        raise UsageError(f"--base-url {shown!r} has no scheme: use 'http://{shown}'")
     scheme, sep, _ = url.partition("://")
     if sep and scheme.lower() not in URL_SCHEMES:
         raise UsageError(
-            f"--base-url {mask_secrets(url)!r}: an environment server's URL starts with "
+            f"--base-url {shown!r}: an environment server's URL starts with "
             f"{', '.join(s + '://' for s in URL_SCHEMES)}"
         )
     if sep:
@@ -326,7 +327,7 @@ def check_base_url(url: str) -> None:
 
         if not is_pool_spec(url):  # else every episode would end in an error on it
             raise UsageError(
-                f"--base-url {url!r} is neither a URL (http://host:port), a registered pool name nor a file of base URLs"
+                f"--base-url {shown!r} is neither a URL (http://host:port), a registered pool name nor a file of base URLs"
             )
 
 

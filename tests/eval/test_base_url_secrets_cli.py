@@ -94,6 +94,9 @@ def test_a_server_killed_mid_run_leaks_no_resume_token_into_stderr_or_records(tm
         ("http://user:s3cret-pw@127.0.0.1:8010", ["--base-url", "user name or password", "ENVSDK_TOKEN"]),
         # A token is the user's own string: all of it up to the next `&` is masked, `)` included.
         ("http://127.0.0.1:99999/?token=pw)s3cret-pw", ["--base-url", "port", "99999", "token=***"]),
+        # Without a scheme, or not a URL at all: the line still masks what the URL carries.
+        ("localhost:8000/?token=s3cret-pw", ["--base-url", "no scheme", "token=***"]),
+        ("not a url?token=s3cret-pw", ["--base-url", "neither a URL", "token=***"]),
     ],
 )
 def test_a_malformed_base_url_is_one_line_and_exit_2(tmp_path: Path, url: str, needles: list[str]) -> None:
