@@ -336,9 +336,14 @@ class _SetByVariable(str):
     """The value of ``$LOG_LEVEL`` as ``--log-level``'s default: a refusal names the variable."""
 
 
+#: Names Python's logging takes for a level too (a shell's ``LOG_LEVEL=WARN`` is common).
+_LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
+
+
 def _log_level(text: str) -> str:
-    """argparse type of ``--log-level``: one of `LOG_LEVELS`, in any case."""
+    """argparse type of ``--log-level``: one of `LOG_LEVELS` (or logging's ``warn``/``fatal``), in any case."""
     level = text.strip().lower()
+    level = _LOG_LEVEL_ALIASES.get(level, level)
     if level in LOG_LEVELS:
         return level
     given = f"{_LOG_LEVEL_VARIABLE}={str(text)!r}" if isinstance(text, _SetByVariable) else repr(text)

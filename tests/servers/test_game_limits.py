@@ -296,6 +296,7 @@ def test_an_unknown_log_level_is_a_usage_error_naming_where_it_came_from(module:
     line = _usage_error(_run_server(module, "--log-level", "loud"), module)
     assert "--log-level" in line and "'loud'" in line and "LOG_LEVEL=" not in line, line
     assert _run_server(module, "--log-level", "DEBUG", "--help").returncode == 0  # any case is a level
+    assert _run_server(module, "--log-level", "WARN", "--help").returncode == 0  # as Python's logging takes it
 
 
 @pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
