@@ -63,7 +63,7 @@ from servers.textarena.environment import (
     unwrap,
 )
 from servers.textarena.errors import TextArenaOptionError, shown
-from servers.textarena.pool import DEFAULT_TASK_TIMEOUT_S, WorkerPool
+from servers.textarena.pool import DEFAULT_TASK_TIMEOUT_S, MAX_WORKERS, WorkerPool
 
 __all__ = [
     "SUDOKU_ENV_IDS",
@@ -133,8 +133,8 @@ class BoardPool(WorkerPool):
         self, workers: int | None = None, cache_size: int = 4096, *,
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S, max_queued: int | None = None,
     ) -> None:
-        if workers is not None and workers < 1:
-            raise SudokuOptionError(f"BoardPool needs at least 1 worker, got {workers}")
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise SudokuOptionError(f"BoardPool takes 1 to {MAX_WORKERS} workers, got {workers}")
         super().__init__(workers, cache_size, task_timeout_s=task_timeout_s, max_queued=max_queued)
 
     def board(self, env_id: str, seed: int, *, timeout_s: float) -> GeneratedBoard:

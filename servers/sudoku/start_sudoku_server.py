@@ -20,6 +20,7 @@ from envsdk.server.config import (
 from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.sudoku.environment import SUDOKU_ENV_IDS, SudokuOptionError, check_env_id
+from servers.textarena.pool import worker_count
 
 __all__ = ["build_parser", "main"]
 
@@ -54,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--board-workers",
-        type=positive_int,
+        type=worker_count,
         default=env.get("SUDOKU_BOARD_WORKERS") or None,
-        help="env var SUDOKU_BOARD_WORKERS (default min(4, CPUs)). Processes generating boards.",
+        help="env var SUDOKU_BOARD_WORKERS (default min(4, CPUs), at most 64). Processes generating boards.",
     )
     parser.add_argument(
         "--host",

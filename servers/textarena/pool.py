@@ -38,6 +38,7 @@ unpickles its own copy and steps it with those generator states (see
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import importlib
 import itertools
@@ -151,6 +152,24 @@ class _Worker:
         self.conn.close()
 
 
+#: Most worker processes one pool starts (each is an interpreter with the game's modules, tens
+#: of MB; they all start with the server): a count beyond it is refused, not a fork bomb.
+MAX_WORKERS = 64
+
+
+def worker_count(text: str) -> int:
+    """argparse type of a server's worker count: an integer from 1 to `MAX_WORKERS`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_WORKERS}, got {text!r}") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 1 to {MAX_WORKERS} (each worker is a process), got {value}"
+        )
+    return value
+
+
 class WorkerPool:
     """Runs cached tasks in worker processes, under the bounds in the module docstring.
 
@@ -167,8 +186,8 @@ class WorkerPool:
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
         max_queued: int | None = None,
     ) -> None:
-        if workers is not None and workers < 1:
-            raise TextArenaOptionError(f"a worker pool needs at least 1 worker, got {workers}")
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise TextArenaOptionError(f"a worker pool takes 1 to {MAX_WORKERS} workers, got {workers}")
         if task_timeout_s <= 0:
             raise TextArenaOptionError(f"task_timeout_s must be > 0, got {task_timeout_s}")
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))

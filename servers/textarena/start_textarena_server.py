@@ -24,6 +24,7 @@ from envsdk.server.launch import SigtermDuringStartUp
 from envsdk.server.replicas import add_replica_arguments
 from servers.textarena.environment import DEFAULT_ENV_ID, check_env_id
 from servers.textarena.errors import TextArenaOptionError
+from servers.textarena.pool import worker_count
 
 __all__ = ["build_parser", "main", "positive_float"]
 
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var MAX_CONCURRENT_ENVS (default 64). Most sessions at once.",
     )
     parser.add_argument(
-        "--game-workers", type=positive_int, default=env.get("TEXTARENA_GAME_WORKERS") or None,
-        help="env var TEXTARENA_GAME_WORKERS (default min(4, CPUs)). Processes generating games.",
+        "--game-workers", type=worker_count, default=env.get("TEXTARENA_GAME_WORKERS") or None,
+        help="env var TEXTARENA_GAME_WORKERS (default min(4, CPUs), at most 64). Processes generating games.",
     )
     parser.add_argument(
         "--max-move-chars", type=positive_int, default=env.get("TEXTARENA_MAX_MOVE_CHARS") or None,

@@ -371,3 +371,16 @@ def test_workers_started_from_any_thread_ignore_ctrl_c_from_their_first_instruct
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "True"], (done.stdout, done.stderr[-3000:])
     assert "KeyboardInterrupt" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("module", "flag", "variable"), [
+    ("servers.sudoku", "--board-workers", "SUDOKU_BOARD_WORKERS"),
+    ("servers.textarena", "--game-workers", "TEXTARENA_GAME_WORKERS"),
+])
+def test_a_worker_count_past_the_bound_is_refused_before_any_worker_starts(module: str, flag: str, variable: str) -> None:
+    """--board-workers 100000 started 100000 interpreters (tens of MB each) with the server, and a
+    SIGTERM meanwhile waited for them all."""
+    line = _usage_error(_run_server(module, flag, "100000"), module)
+    assert flag in line and "100000" in line and "64" in line, line
+    line = _usage_error(_run_server(module, env={variable: "65"}), module)
+    assert flag in line and "65" in line, line
