@@ -128,6 +128,9 @@ class RemoteEpisode:
     game: Any = None
     #: The observation the model read before the current one (None until one was read).
     previous: dict[str, Any] | None = None
+    #: A turn held its rollout infos back (`MultiTurnScheduler.infos_each_turn` False): the
+    #: trajectory's end gives them (`OpenEnvScheduler.episode_infos`).
+    infos_due: bool = False
 
 
 class OpenEnvScheduler(MultiTurnScheduler):
@@ -339,11 +342,29 @@ class OpenEnvScheduler(MultiTurnScheduler):
                 duration_s=duration,
             )
         )
+        return self.turn_result(trajectory, bool(result.done))
+
+    def turn_result(self, trajectory: Trajectory, done: bool, extra: dict[str, Any] | None = None) -> TurnResult:
+        """A turn's result: with the episode's rollout infos (`episode_infos`, and `extra`), or,
+        for a turn that does not end it while `infos_each_turn` is False, without them: the
+        trajectory's end gives them then."""
+        episode = self.episode(trajectory)
+        episode.infos_due = not done and not self.infos_each_turn
+        if episode.infos_due:
+            return {"done": False}
+        infos = self.episode_infos(trajectory)
+        if extra:
+            infos.update(extra)
+        return {"done": done, "rollout_infos": infos}
+
+    def episode_infos(self, trajectory: Trajectory) -> dict[str, Any]:
+        """The episode's rollout infos as of its last step; sets its ``total_reward``. Drawn from
+        the whole episode: a turn's cost grows with the turns before it."""
         trajectory.total_reward = sum(trajectory.step_rewards)
         infos: dict[str, Any] = {"total_reward": trajectory.total_reward, "step_rewards": trajectory.step_rewards}
         if any(s.components for s in trajectory.steps):
             infos[REWARD_PARTS] = episode_parts(s.components for s in trajectory.steps)
-        return {"done": bool(result.done), "rollout_infos": infos}
+        return infos
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self.episode(trajectory)
@@ -352,6 +373,10 @@ class OpenEnvScheduler(MultiTurnScheduler):
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         episode = trajectory.runtime
         if isinstance(episode, RemoteEpisode):
+            if episode.infos_due:
+                # What the last turn held back: the episode ended by max_turns, a cut reply or an error.
+                episode.infos_due = False
+                trajectory.rollout_infos.update(self.episode_infos(trajectory))
             await episode.session.close()
 
 

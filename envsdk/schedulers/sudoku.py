@@ -245,9 +245,6 @@ class SudokuEpisode:
     last_move: Move | None = None
     last_verdict: Verdict | None = None
     last_reason: str | None = None
-    #: A turn's rollout infos were held back (`MultiTurnScheduler.infos_each_turn` False): the
-    #: episode's end gives them.
-    infos_due: bool = False
     #: Filled cells on `board`, counted once a step (a count over the 81 cells is not free).
     filled: int = field(init=False)
     #: `reward.summary()` as of the last step, taken once a step.
@@ -574,17 +571,15 @@ class SudokuScheduler(OpenEnvScheduler):
     def _finish_turn(
         self, trajectory: Trajectory, state: SudokuEpisode, *, done: bool, extra: dict[str, Any] | None = None
     ) -> TurnResult:
+        trajectory.total_reward = state.summary["total_reward"]
+        return self.turn_result(trajectory, done, extra)
+
+    def episode_infos(self, trajectory: Trajectory) -> dict[str, Any]:
+        """The episode's rollout infos as of its last step: the five parts, the shaped total,
+        the step rewards, the cells filled and the moves tried."""
+        state = self.sudoku(trajectory)
         summary = state.summary
         trajectory.total_reward = summary["total_reward"]
-        state.infos_due = not done and not self.infos_each_turn
-        if state.infos_due:
-            return {"done": False}
-        return {"done": done, "rollout_infos": self._infos(trajectory, state, extra)}
-
-    @staticmethod
-    def _infos(trajectory: Trajectory, state: SudokuEpisode, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The episode's rollout infos as of its last step."""
-        summary = state.summary
         return {
             **summary,
             REWARD_PARTS: dict(zip(SUDOKU_COMPONENTS, map(summary.__getitem__, SUDOKU_COMPONENTS))),
@@ -592,17 +587,7 @@ class SudokuScheduler(OpenEnvScheduler):
             "step_rewards": trajectory.step_rewards,
             "cells_filled": state.cells_filled,
             "moves_tried": list(map(_fmt_move, state.tried)),
-            **(extra or {}),
         }
-
-    async def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        episode = trajectory.runtime
-        state = episode.game if isinstance(episode, RemoteEpisode) else None
-        if isinstance(state, SudokuEpisode) and state.infos_due:
-            # The infos the last turn held back: the episode ended by max_turns, a cut reply or an error.
-            state.infos_due = False
-            trajectory.rollout_infos.update(self._infos(trajectory, state))
-        await super().on_trajectory_end(trajectory)
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
         episode = self.episode(trajectory)

@@ -149,3 +149,52 @@ async def test_blocking_wrapper_runs_in_threads(echo_url: str) -> None:
     assert [t.status for t in trajs] == ["done"] * 3
     assert all(t.step_rewards == [0.1, 0.4] for t in trajs)
     assert await _active_sessions(echo_url) == 0
+
+
+class _Failing:
+    """Replies "hello" twice, then raises."""
+
+    async def act(self, messages: list[dict[str, Any]]) -> str:
+        if sum(m["role"] == "assistant" for m in messages) >= 2:
+            raise RuntimeError("policy failed")
+        return "hello"
+
+
+@pytest.mark.parametrize(
+    ("policy", "status"),
+    [
+        (ScriptedPolicy(["hi", "hello", "done"]), "done"),
+        (ScriptedPolicy(["a", "bb", "ccc", "dddd"]), "max_turns"),
+        (_Failing(), "error"),
+    ],
+    ids=["done", "max_turns", "error"],
+)
+async def test_infos_given_once_at_the_end_equal_infos_given_every_turn(echo_url: str, policy: Any, status: str) -> None:
+    """With `infos_each_turn` False (as `envsdk rollout` sets it) a turn that does not end the
+    episode gives no infos, and the trajectory's end gives the ones the last turn would have."""
+    results: list[list[dict[str, Any]]] = []
+
+    class Seen(OpenEnvScheduler):
+        async def on_turn_end(self, trajectory: Any, response_text: str, turn: int) -> Any:
+            result = await super().on_turn_end(trajectory, response_text, turn)
+            results[-1].append(result)
+            return result
+
+    records = []
+    for each_turn in (True, False):
+        results.append([])
+        scheduler = Seen(max_turns=4)
+        scheduler.infos_each_turn = each_turn
+        [traj] = await scheduler.run(_rows(echo_url, 1), policy)
+        assert traj.status == status, traj.reason
+        record = traj.to_dict("full")
+        record.pop("timings"), record.pop("uuid")
+        for step in record.get("steps", []):
+            step.pop("duration_s", None)
+        records.append(record)
+    assert records[0] == records[1]
+    assert records[1]["total_reward"] == pytest.approx(sum(records[1]["step_rewards"]))
+    assert records[1]["total_reward"] > 0
+    every_turn, at_the_end = results
+    assert all("rollout_infos" in r for r in every_turn)
+    assert all("rollout_infos" not in r for r in at_the_end if not r["done"]) and len(at_the_end) >= 2
