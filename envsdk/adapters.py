@@ -18,9 +18,11 @@ import asyncio
 import inspect
 import json
 import re
+import threading
 import urllib.request
 import uuid as uuid_module
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import FastAPI
@@ -48,6 +50,8 @@ __all__ = [
     "local_client",
     "LocalEnvClient",
 ]
+
+T = TypeVar("T")
 
 
 class ChatAction(Action):
@@ -88,6 +92,19 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
     instance (closing the previous one), as ms-swift does per trajectory. ``step`` passes the
     conversation to ``env.step``. A step after ``done`` raises `EpisodeDoneError` here, whatever
     the env would do (the `Env` contract), and on any transport.
+
+    Where the Env's code runs: an `Env`'s methods are ``async def`` by contract, but nothing
+    stops one from doing sync work in them, so they are not trusted with the server's event
+    loop. ``reset``, ``step`` and ``close`` are plain methods, which the server runs on the
+    session's lane thread under their deadlines (`envsdk.server.executors`); each runs the Env's
+    coroutine to completion on an event loop of this instance's own, made on first use. Every
+    call of a session runs on its lane, hence on one thread and one loop, so whatever an Env
+    keeps between calls that belongs to its loop (queues, locks, open connections) stays valid.
+    ``close`` closes the Env on that loop, then the loop. Called inside a running event loop
+    (the server's ``inline_sync`` mode, or a coroutine calling it directly), they return the
+    coroutine for that loop to await instead. A ``close`` from another thread while a call is
+    still running (one written off by its deadline) does not wait: the Env and the loop are
+    closed on the call's thread once it returns.
     """
 
     def __init__(self, env_cls: type[Env]) -> None:
@@ -95,10 +112,55 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         self._env: Env | None = None
         self._done = False
         self._state = State()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # guards the three fields below
+        self._running = False
+        self._close_when_done = False
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T | Coroutine[Any, Any, T]:
+        """`coro` run to completion on this instance's loop; `coro` itself inside a running loop."""
+        if _running_loop() is not None:
+            return coro
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            loop = self._loop
+            self._running = True
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            with self._lock:
+                self._running = False
+                close, self._close_when_done = self._close_when_done, False
+            if close:
+                self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Close the Env, then the loop (its async generators shut down), on this thread."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None:
+            if self._env is None:
+                return
+            loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._close_env())
+        finally:
+            try:
+                # What the Env left running is cancelled, as asyncio.run does at its end.
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
 
     # The row's keys are named, not swallowed by **kwargs: the server refuses unknown reset
     # arguments by this signature, so a misspelt key is an error rather than silently lost.
-    async def reset(  # type: ignore[override]
+    def reset(  # type: ignore[override]
         self,
         seed: int | None = None,
         episode_id: str | None = None,
@@ -106,6 +168,17 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         data_dict: dict[str, Any] | None = None,
         env_config: dict[str, Any] | None = None,
         uuid: str | None = None,
+    ) -> ChatObservation | Coroutine[Any, Any, ChatObservation]:
+        return self._run(self._reset(seed, episode_id, messages, data_dict, env_config, uuid))
+
+    async def _reset(
+        self,
+        seed: int | None,
+        episode_id: str | None,
+        messages: list[dict[str, Any]] | None,
+        data_dict: dict[str, Any] | None,
+        env_config: dict[str, Any] | None,
+        uuid: str | None,
     ) -> ChatObservation:
         row = dict(data_dict or {})
         config = dict(row.get("env_config") or {})
@@ -118,7 +191,7 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
             data_dict=row,
             uuid=uuid or episode_id or uuid_module.uuid4().hex,
         )
-        await self.close()
+        await self._close_env()
         self._done = False
         self._state = State(episode_id=episode_id or request.uuid, step_count=0)
         try:
@@ -133,14 +206,18 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
             ) from exc
         return ChatObservation(text=observation, info=info, system_message=system_message, reward=0.0)
 
-    async def step(self, action: ChatAction) -> ChatObservation:
-        if self._env is None:
+    def step(self, action: ChatAction) -> ChatObservation | Coroutine[Any, Any, ChatObservation]:
+        env = self._env
+        if env is None:
             raise NotResetError("EnvEnvironment.step called before reset", ErrorCode.NOT_RESET.value)
         if self._done:
             raise EpisodeDoneError(
                 f"the {self.env_cls.__name__} episode is over; reset before stepping again", ErrorCode.EPISODE_DONE.value
             )
-        observation, reward, done, info = await self._env.step(action.messages)
+        return self._run(self._step(env, action))
+
+    async def _step(self, env: Env, action: ChatAction) -> ChatObservation:
+        observation, reward, done, info = await env.step(action.messages)
         self._done = bool(done)
         self._state.step_count += 1
         # The env's rubric parts go where every client looks for them: the observation metadata.
@@ -152,10 +229,27 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
     def state(self) -> State:
         return self._state
 
-    async def close(self) -> None:
+    def close(self) -> Coroutine[Any, Any, None] | None:
+        with self._lock:
+            if self._running:  # a call still runs on another thread: it closes when it returns
+                self._close_when_done = True
+                return None
+        if _running_loop() is not None:
+            return self._close_env()
+        self._shut_down()
+        return None
+
+    async def _close_env(self) -> None:
         env, self._env = self._env, None
         if env is not None:
             await env.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def env_app(env: type[Env] | str, *, config: ServerConfig | None = None, **server_options: Any) -> FastAPI:

@@ -158,6 +158,11 @@ class Env(abc.ABC):
       (`envsdk.errors.EpisodeDoneError`) until the next ``reset``. Served through
       `envsdk.adapters.EnvEnvironment` (``envsdk serve module:MyEnv``), the server enforces it.
 
+    Served, the coroutines run on the session's lane thread, on an event loop of the session's
+    own, under the server's deadlines (`envsdk.adapters.EnvEnvironment`); in-process (``envsdk
+    rollout``, ms-swift) they are awaited on the caller's loop, so slow sync work in them still
+    belongs in a thread or `envsdk.server.run_in_process` there.
+
     Register a class by name with ``envsdk.registry.envs["name"] = MyEnv``.
 
     ``CONFIG_KEYS`` (optional): the ``env_config`` keys the env reads besides ``name`` and

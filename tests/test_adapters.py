@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
+import urllib.request
 from typing import Any, ClassVar
 
 import pytest
 
-from envsdk.adapters import ChatObservation, EnvEnvironment, RemoteEnv, env_app, local_client
+from envsdk.adapters import ChatAction, ChatObservation, EnvEnvironment, RemoteEnv, env_app, local_client
 from envsdk.client import EnvClient
 from envsdk.env import Env, RolloutRequest
 from envsdk.envs.frozen_lake import FrozenLakeEnv, FrozenLakeGame, shortest_path
-from envsdk.errors import EnvNotFoundError, EpisodeDoneError
+from envsdk.errors import EnvNotFoundError, EnvTimeoutError, EpisodeDoneError
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
 
@@ -126,7 +129,7 @@ async def test_served_env_is_reset_with_the_row_and_closed_with_the_client() -> 
     assert RowEcho.closed == ["u-1"]
 
 
-async def test_env_environment_info_is_made_json_safe() -> None:
+def test_env_environment_info_is_made_json_safe() -> None:
     class TupleInfo(Env):
         async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
             return "x", {"cell": (1, 2), "obj": object}, "sys"
@@ -135,11 +138,170 @@ async def test_env_environment_info_is_made_json_safe() -> None:
             return "y", 1, True, {}
 
     environment = EnvEnvironment(TupleInfo)
-    obs = await environment.reset(seed=1)
+    obs = environment.reset(seed=1)
     assert isinstance(obs, ChatObservation)
     assert obs.info == {"cell": [1, 2], "obj": str(object)} and obs.system_message == "sys"
-    await environment.close()
-    await environment.close()
+    environment.close()
+    environment.close()
+
+
+class LoopBound(Env):
+    """Records the event loop and thread of each call; ``step`` waits on `release` (sync)."""
+
+    release: ClassVar[threading.Event] = threading.Event()
+    entered: ClassVar[threading.Event] = threading.Event()
+    seen: ClassVar[list[tuple[str, asyncio.AbstractEventLoop, int]]] = []
+
+    async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
+        self._see("reset")
+        return "x", {}, None
+
+    async def step(self, messages: list[dict[str, Any]]) -> tuple[str, float, bool, dict[str, Any]]:
+        self._see("step")
+        LoopBound.entered.set()
+        LoopBound.release.wait(10)
+        return "y", 0.0, False, {}
+
+    async def close(self) -> None:
+        self._see("close")
+
+    def _see(self, kind: str) -> None:
+        LoopBound.seen.append((kind, asyncio.get_running_loop(), threading.get_ident()))
+
+
+@pytest.mark.timeout(30)
+def test_env_environment_closed_from_another_thread_mid_call_closes_on_the_call_thread_once_it_returns() -> None:
+    # What the server does after a deadline: the call goes on on its lane, the env is closed
+    # after it. A close from elsewhere meanwhile must neither hang nor touch the running loop.
+    LoopBound.seen.clear()
+    LoopBound.release.clear()
+    LoopBound.entered.clear()
+    environment = EnvEnvironment(LoopBound)
+    steps: list[Any] = []
+
+    def lane() -> None:
+        environment.reset()
+        steps.append(environment.step(ChatAction(messages=[])))
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    assert LoopBound.entered.wait(10)
+    started = time.perf_counter()
+    assert environment.close() is None
+    assert time.perf_counter() - started < 0.1
+    assert [kind for kind, _, _ in LoopBound.seen] == ["reset", "step"]
+    LoopBound.release.set()
+    thread.join(10)
+    assert steps[0].text == "y"
+    # Closed after the call, on its thread and loop, and the loop closed after it.
+    assert {(loop, ident) for _, loop, ident in LoopBound.seen} == {(LoopBound.seen[0][1], thread.ident)}
+    assert [kind for kind, _, _ in LoopBound.seen] == ["reset", "step", "close"]
+    assert LoopBound.seen[0][1].is_closed()
+
+
+async def test_env_environment_inside_a_running_loop_gives_the_coroutine_to_await() -> None:
+    # The server's inline_sync mode runs sync methods on its loop: there they cannot run a loop
+    # of their own, so the Env's coroutine is handed back to be awaited on the caller's loop.
+    LoopBound.seen.clear()
+    LoopBound.release.set()
+    async with local_client(LoopBound, inline_sync=True) as client:
+        assert (await client.reset()).observation["text"] == "x"
+        assert (await client.step({"messages": []})).observation["text"] == "y"
+    loop = asyncio.get_running_loop()
+    assert [(kind, seen_loop) for kind, seen_loop, _ in LoopBound.seen] == [
+        ("reset", loop), ("step", loop), ("close", loop)
+    ]
+
+
+class SleepyStepEnv(Env):
+    """An Env whose ``async def step`` does sync work: a reply ``"sleep:<s>"`` sleeps with
+    ``time.sleep`` (no await). It records the thread and event loop each call ran on."""
+
+    calls: ClassVar[list[tuple[str, int, int]]] = []
+
+    async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
+        self._record("reset")
+        # A loop-bound resource kept between calls: valid only while every call of the
+        # session runs on the same event loop.
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        return "ready", {}, None
+
+    async def step(self, messages: list[dict[str, Any]]) -> tuple[str, float, bool, dict[str, Any]]:
+        self._record("step")
+        reply = str(messages[-1]["content"])
+        if reply.startswith("sleep:"):
+            time.sleep(float(reply.split(":", 1)[1]))  # noqa: ASYNC251  (the sync work under test)
+        await self.queue.put(reply)
+        return reply, 0.0, False, {"queued": self.queue.qsize()}
+
+    async def close(self) -> None:
+        self._record("close")
+
+    def _record(self, kind: str) -> None:
+        SleepyStepEnv.calls.append((kind, threading.get_ident(), id(asyncio.get_running_loop())))
+
+
+def _say(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "assistant", "content": text}]}
+
+
+@pytest.mark.timeout(30)
+async def test_a_served_env_doing_sync_work_in_its_async_step_does_not_hold_up_other_sessions() -> None:
+    server_thread = threading.get_ident()
+    SleepyStepEnv.calls.clear()
+    with running_server(env_app(SleepyStepEnv)) as url:
+        async with EnvClient(url) as slow, EnvClient(url) as other:
+            await slow.reset()
+            await other.reset()
+            sleeping = asyncio.ensure_future(slow.step(_say("sleep:1.0")))
+            await asyncio.sleep(0.2)  # the slow step is inside its time.sleep now
+            latencies = []
+            for call in (other.reset(), other.step(_say("quick"))):
+                started = time.perf_counter()
+                await call
+                latencies.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            health = await asyncio.to_thread(lambda: urllib.request.urlopen(url + "/health", timeout=5).read())
+            latencies.append(time.perf_counter() - started)
+            assert json.loads(health)["status"] == "healthy"
+            # Nobody waited for the sleeper (it has 0.8 s to go): the loop went on serving.
+            assert max(latencies) < 0.3, latencies
+            assert not sleeping.done()
+            assert (await sleeping).observation["text"] == "sleep:1.0"
+            # The Env's loop-bound queue outlived the calls: one session, one event loop.
+            assert (await slow.step(_say("again"))).observation["info"] == {"queued": 2}
+    # Every call of a session ran on one thread (its lane, not the server's loop thread) and one loop.
+    by_session: dict[int, set[tuple[int, int]]] = {}
+    for kind, thread, loop in SleepyStepEnv.calls:
+        assert thread != server_thread
+        by_session.setdefault(thread, set()).add((thread, loop))
+    assert len(by_session) == 2 and all(len(places) == 1 for places in by_session.values())
+
+
+@pytest.mark.timeout(30)
+async def test_a_served_env_step_past_its_deadline_times_out_and_the_server_goes_on() -> None:
+    SleepyStepEnv.calls.clear()
+    with running_server(env_app(SleepyStepEnv, step_timeout_s=0.3)) as url:
+        async with EnvClient(url) as slow, EnvClient(url) as other:
+            await slow.reset()
+            await other.reset()
+            started = time.perf_counter()
+            with pytest.raises(EnvTimeoutError):
+                await slow.step(_say("sleep:3"))
+            # The reply came at the deadline, not when the 3 s sleep ended.
+            assert time.perf_counter() - started < 1.5
+            started = time.perf_counter()
+            assert (await other.step(_say("quick"))).observation["text"] == "quick"
+            assert time.perf_counter() - started < 0.3
+            # The timed-out session starts again on a fresh env.
+            assert (await slow.reset()).observation["text"] == "ready"
+            assert (await slow.step(_say("quick"))).observation["text"] == "quick"
+        # The written-off env is closed on its thread once its sleep has returned.
+        deadline = time.monotonic() + 10
+        while sum(kind == "close" for kind, _, _ in SleepyStepEnv.calls) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    closes = [thread for kind, thread, _ in SleepyStepEnv.calls if kind == "close"]
+    assert len(closes) == 3
 
 
 def test_env_app_rejects_unknown_names_and_non_env_classes() -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envsdk.adapters import env_app
+from envsdk.client import EnvClient
 from envsdk.env import RolloutRequest
 from envsdk.envs.frozen_lake import (
     INVALID_ACTION_MESSAGE,
@@ -20,6 +24,7 @@ from envsdk.envs.frozen_lake import (
     shortest_path,
 )
 from envsdk.errors import EpisodeDoneError, NotResetError
+from envsdk.testing import running_server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -243,24 +248,33 @@ async def test_the_largest_map_is_played() -> None:
     await env.step(_reply("<action>up</action>"))
 
 
-async def test_reset_and_step_play_the_game_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
+def _metrics(base_url: str) -> str:
+    return str(urllib.request.urlopen(base_url + "/metrics", timeout=5).read().decode())
 
-    loop_thread = threading.current_thread()
-    seen: list[str] = []
-    generate, move = FrozenLakeGame.generate.__func__, FrozenLakeGame.move  # type: ignore[attr-defined]
 
-    def watched_generate(cls: type[FrozenLakeGame], *args: Any, **kwargs: Any) -> FrozenLakeGame:
-        seen.append("generate" if threading.current_thread() is not loop_thread else "generate on the loop")
-        return generate(cls, *args, **kwargs)  # type: ignore[no-any-return]
+def _lane_calls(metrics: str) -> int:
+    """The server's count of env calls run on lane threads (``envsdk_lane_calls_total``)."""
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in metrics.splitlines() if line.startswith("envsdk_lane_calls_total{"))
 
-    def watched_move(self: FrozenLakeGame, direction: str) -> Any:
-        seen.append("move" if threading.current_thread() is not loop_thread else "move on the loop")
-        return move(self, direction)
 
-    monkeypatch.setattr(FrozenLakeGame, "generate", classmethod(watched_generate))
-    monkeypatch.setattr(FrozenLakeGame, "move", watched_move)
-    env = FrozenLakeEnv({"rubric": "shaped"})
-    await env.reset(_request(3, size=8))
-    await env.step(_reply("<action>left</action>"))
-    assert seen == ["generate", "move"]
+@pytest.mark.timeout(30)
+def test_served_reset_and_step_play_the_game_off_the_event_loop() -> None:
+    # Served, FrozenLake's reset and step (a 64x64 map) run on the session's lane thread, under
+    # the server's deadlines: the server counts them as lane calls, and none held its loop.
+    row = {"data_dict": {"env_config": {"size": 64, "rubric": "shaped"}}}
+
+    async def episode(url: str) -> tuple[int, Any, Any]:
+        async with EnvClient(url) as client:
+            await client.reset(seed=3, **row)  # builds the session's env too
+            before = _lane_calls(await asyncio.to_thread(_metrics, url))
+            first = await client.reset(seed=3, **row)
+            step = await client.step({"messages": _reply("<action>left</action>")})
+            return _lane_calls(await asyncio.to_thread(_metrics, url)) - before, first, step
+
+    with running_server(env_app("frozen_lake")) as url:
+        lane_calls, first, step = asyncio.run(episode(url))
+        metrics = _metrics(url)
+    assert lane_calls == 2
+    assert len(first.observation["text"].splitlines()) == 1 + 64 + 1  # "Here is the map:", 64 rows, the question
+    assert step.observation["info"]["action"] == "left"
+    assert "envsdk_loop_stalls_total{" not in metrics
