@@ -96,3 +96,32 @@ class SolutionScript:
         move = f"Let me place it: [{r + 1} {c + 1} {solution[r][c]}]"
         self.first = self.first or move
         return move
+
+
+async def play_both_ways(
+    scheduler_cls: type[Any], rows: list[Any], policy: Any, status: str, **options: Any
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """Play `rows` (one episode) with `scheduler_cls` giving its rollout infos every turn, then
+    once at the end (`infos_each_turn` False): the two full records (timings, uuid and step
+    durations left out) and each run's turn results."""
+    results: list[list[dict[str, Any]]] = []
+
+    class Seen(scheduler_cls):  # type: ignore[misc,valid-type]
+        async def on_turn_end(self, trajectory: Any, response_text: str, turn: int) -> Any:
+            result = await super().on_turn_end(trajectory, response_text, turn)
+            results[-1].append(result)
+            return result
+
+    records = []
+    for each_turn in (True, False):
+        results.append([])
+        scheduler = Seen(**options)
+        scheduler.infos_each_turn = each_turn
+        [traj] = await scheduler.run(rows, policy)
+        assert traj.status == status, traj.reason
+        record = traj.to_dict("full")
+        record.pop("timings"), record.pop("uuid")  # a row without a uuid gets a random one
+        for step in record.get("steps", []):
+            step.pop("duration_s", None)
+        records.append(record)
+    return records, results

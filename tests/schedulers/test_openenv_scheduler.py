@@ -14,7 +14,7 @@ from envsdk.env import RolloutRequest
 from envsdk.schedulers import OpenEnvScheduler
 from envsdk.types import StepResult
 
-from .policies import ScriptedPolicy
+from .policies import ScriptedPolicy, play_both_ways
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -172,26 +172,7 @@ class _Failing:
 async def test_infos_given_once_at_the_end_equal_infos_given_every_turn(echo_url: str, policy: Any, status: str) -> None:
     """With `infos_each_turn` False (as `envsdk rollout` sets it) a turn that does not end the
     episode gives no infos, and the trajectory's end gives the ones the last turn would have."""
-    results: list[list[dict[str, Any]]] = []
-
-    class Seen(OpenEnvScheduler):
-        async def on_turn_end(self, trajectory: Any, response_text: str, turn: int) -> Any:
-            result = await super().on_turn_end(trajectory, response_text, turn)
-            results[-1].append(result)
-            return result
-
-    records = []
-    for each_turn in (True, False):
-        results.append([])
-        scheduler = Seen(max_turns=4)
-        scheduler.infos_each_turn = each_turn
-        [traj] = await scheduler.run(_rows(echo_url, 1), policy)
-        assert traj.status == status, traj.reason
-        record = traj.to_dict("full")
-        record.pop("timings"), record.pop("uuid")
-        for step in record.get("steps", []):
-            step.pop("duration_s", None)
-        records.append(record)
+    records, results = await play_both_ways(OpenEnvScheduler, _rows(echo_url, 1), policy, status, max_turns=4)
     assert records[0] == records[1]
     assert records[1]["total_reward"] == pytest.approx(sum(records[1]["step_rewards"]))
     assert records[1]["total_reward"] > 0

@@ -13,7 +13,7 @@ from envsdk.env import RolloutRequest
 from envsdk.policies import SudokuOraclePolicy
 from envsdk.schedulers import SudokuScheduler, Trajectory
 
-from .policies import Output, SolutionScript, last_board
+from .policies import Output, SolutionScript, last_board, play_both_ways
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -191,26 +191,7 @@ async def test_infos_given_once_at_the_end_equal_infos_given_every_turn(
     """`envsdk rollout` lets the Sudoku scheduler give its rollout infos once, as an episode
     ends (each turn's infos were drawn from the whole episode so far): whatever ended the
     episode, its record is the one a scheduler giving them every turn writes."""
-    results: list[list[dict[str, Any]]] = []
-
-    class Seen(SudokuScheduler):
-        async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> Any:
-            result = await super().on_turn_end(trajectory, response_text, turn)
-            results[-1].append(result)
-            return result
-
-    records = []
-    for each_turn in (True, False):
-        results.append([])
-        scheduler = Seen(max_turns=max_turns)
-        scheduler.infos_each_turn = each_turn
-        [traj] = await scheduler.run(_rows(sudoku_url, [5]), policy)
-        assert traj.status == status, traj.reason
-        record = traj.to_dict("full")
-        record.pop("timings"), record.pop("uuid")  # a row without a uuid gets a random one
-        for step in record.get("steps", []):
-            step.pop("duration_s", None)
-        records.append(record)
+    records, results = await play_both_ways(SudokuScheduler, _rows(sudoku_url, [5]), policy, status, max_turns=max_turns)
     assert records[0] == records[1]
     assert records[1]["infos"]["moves_tried"] and "step_rewards" in records[1]
     every_turn, at_the_end = results
