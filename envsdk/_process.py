@@ -15,30 +15,49 @@ def let_stdout_go() -> None:
     """Point standard output at /dev/null after a write to it failed with a closed pipe
     (`envsdk ... | head`), so that the interpreter's own flush at exit neither raises again nor
     prints "Exception ignored"; the command's status is then its own, not a write error's."""
+    if sys.stdout is None:  # started with it closed (``>&-``): nothing is written anyway
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, sys.stdout.fileno())
+        # A caller's own stream with no descriptor behind it is left as it is: each later
+        # write that fails is caught again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
 
 
+def _cannot_write(exc: OSError) -> None:
+    """Standard output cannot take what is written (its reader went away, a full disk, an I/O
+    error): the rest of it is dropped, said once on stderr unless the reader just went away."""
+    if not isinstance(exc, BrokenPipeError) and sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"envsdk: standard output cannot be written ({exc.strerror or exc}); the rest of it is dropped",
+                  file=sys.stderr)
+    let_stdout_go()
+
+
 def print_out(text: str) -> None:
-    """``print(text)`` where a reader of standard output that went away (`envsdk ... | head`)
-    costs nothing: the text and all that follows are dropped (`let_stdout_go`), and the command
-    goes on to its end and its own status."""
+    """``print(text)`` where a standard output that cannot be written (a reader that went away,
+    `envsdk ... | head`; ``> /dev/full``; closed, ``>&-``) costs nothing: the text and all that
+    follows are dropped (`let_stdout_go`), and the command goes on to its end and its own status."""
+    if sys.stdout is None:
+        return
     try:
         print(text)
-    except BrokenPipeError:
-        let_stdout_go()
+    except OSError as exc:
+        _cannot_write(exc)
 
 
 def flush_out() -> None:
-    """Flush standard output before the command returns its status (at exit a closed pipe can no
-    longer be handled); a reader that went away is let go as in `print_out`."""
+    """Flush standard output before the command returns its status (at exit a failed write can
+    no longer be handled); one that cannot be written is let go as in `print_out`."""
+    if sys.stdout is None:
+        return
     try:
         sys.stdout.flush()
-    except BrokenPipeError:
-        let_stdout_go()
+    except OSError as exc:
+        _cannot_write(exc)
 
 
 class Terminated(KeyboardInterrupt):

@@ -556,7 +556,7 @@ async def run_batches(
     async with contextlib.AsyncExitStack() as stack:
         writer = stack.enter_context(TrajectoryWriter(out, record, append=append, on_replace=on_replace)) if out is not None else None
         bar = None
-        if progress:
+        if progress and sys.stderr is not None:  # started with stderr closed (``2>&-``): no bar
             from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
 
             names = "+".join(dict.fromkeys(b.env for b in batches))

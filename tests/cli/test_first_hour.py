@@ -594,3 +594,27 @@ def test_12_exports_help_and_docs_a_user_reads() -> None:
     assert envsdk.EnvPool is EnvPool and "EnvPool" in envsdk.__all__
     assert "max_concurrent_envs: Most sessions" in (ServerConfig.__doc__ or "")
     assert "DESIGN.md" not in (REPO / "envsdk" / "protocol.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "progress"),
+    [("closed", "pipe", False), ("full", "pipe", False), ("pipe", "closed", True)],
+    ids=["stdout-closed", "stdout-full", "stderr-closed-with-progress"],
+)
+def test_10_a_run_whose_stdout_or_stderr_cannot_be_written_ends_with_its_own_status(
+    folder: Path, stdout: str, stderr: str, progress: bool
+) -> None:
+    """``>&-``, ``> /dev/full`` and ``2>&-``: the run plays to its end, writes its summary
+    files and exits 0, instead of a traceback and status 1 (with ``2>&-`` the progress bar's
+    first write failed, and the run's summary file was never written)."""
+    out = {"closed": "exec 1>&-; ", "full": "exec 1>/dev/full; ", "pipe": ""}[stdout]
+    err = {"closed": "exec 2>&-; ", "pipe": ""}[stderr]
+    command = " ".join([str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "oracle", "--episodes", "2",
+                        "--out", "c.jsonl", *([] if progress else ["--no-progress"])])
+    done = subprocess.run(["bash", "-c", f"{out}{err}exec {command}"], cwd=folder, env=user_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 1, done.stderr
+    assert len(_records(folder / "c.jsonl")) == 2
+    assert (folder / "c.eval.json").exists()
