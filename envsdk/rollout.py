@@ -904,7 +904,9 @@ def _check_local_config(batch: Batch, where: str) -> None:
 
     try:
         asyncio.run(reset_once())
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the env's own code: any failure but these is the run's
+        if not isinstance(exc, (ValueError, TypeError)):
+            return
         given = {k: v for k, v in request.env_config.items() if k not in ROW_KEYS}
         raise UsageError(
             f"{where}: {batch.env} refuses its config {json.dumps(given, default=str)}: {_one_line(exc)}"

@@ -249,3 +249,24 @@ def test_a_file_spec_imports_the_modules_beside_it_from_any_folder(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (elsewhere / "c.jsonl").read_text().splitlines()]
     assert [r["total_reward"] for r in records] == [1.0, 1.0]
+
+
+def test_a_local_env_whose_reset_breaks_in_the_preflight_is_left_to_the_run_not_a_traceback(tmp_path: Path) -> None:
+    """The pre-flight resets a local env once with its config: a reset that breaks with anything
+    but a ValueError or TypeError (here an AttributeError, a bug in the env) escaped as a
+    traceback. It is left to the run, whose episodes record it, and the run says so in one line."""
+    (tmp_path / "broken.py").write_text(
+        "from envsdk.env import Env\n\n"
+        "class Broken(Env):\n"
+        "    async def reset(self, config):\n"
+        "        return config.seed, {}, None\n\n"
+        "    async def step(self, messages):\n"
+        "        return '', 0.0, True, {}\n",
+        encoding="utf-8",
+    )
+    result = envsdk("rollout", "--env", "broken.py:Broken", "--env-config", '{"size": 3}', "--episodes", "2",
+                    "--policy", "random", "--no-progress", "--out", "c.jsonl", cwd=tmp_path, timeout=120)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "no episode ran" in result.stderr and "AttributeError" in result.stderr, result.stderr
+    assert [r["error_kind"] for r in by_pair(tmp_path / "c.jsonl").values()] == ["AttributeError"] * 2
