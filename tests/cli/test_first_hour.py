@@ -612,7 +612,7 @@ def test_10_a_run_whose_stdout_or_stderr_cannot_be_written_ends_with_its_own_sta
     command = " ".join([str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "oracle", "--episodes", "2",
                         "--out", "c.jsonl", *([] if progress else ["--no-progress"])])
     done = subprocess.run(["bash", "-c", f"{out}{err}exec {command}"], cwd=folder, env=user_env(),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) <= 1, done.stderr
