@@ -583,8 +583,8 @@ class RunPlan:
                 print(f"envsdk rollout: {note}", file=sys.stderr)
 
     def start(self) -> None:
-        """`repair`, then write the run file beside the records and, starting a run, remove the
-        summary of the run it replaces. Called once the run is sure to start (after its
+        """`repair`, then write the run file beside the records and remove the summary of the
+        records as they were. Called once the run is sure to start (after its
         pre-flight), or, for a run that `replaces` another, once its first episode without an
         error is written: a command refused before then leaves the run it would replace or
         continue as it was."""
@@ -594,8 +594,9 @@ class RunPlan:
             return
         path = run_file_path(self.out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.append:
-            summary_path(self.out).unlink(missing_ok=True)
+        # The summary of the records as they were: a new run replaces them, a resume changes
+        # them (records moved aside, pairs played); the run's end writes it again.
+        summary_path(self.out).unlink(missing_ok=True)
         write_atomically(path, self.run_file_text)
 
 

@@ -618,3 +618,31 @@ def test_10_a_run_whose_stdout_or_stderr_cannot_be_written_ends_with_its_own_sta
     assert len(done.stderr.strip().splitlines()) <= 1, done.stderr
     assert len(_records(folder / "c.jsonl")) == 2
     assert (folder / "c.eval.json").exists()
+
+
+def test_10_a_resume_stopped_before_its_end_leaves_no_summary_of_records_it_changed(folder: Path) -> None:
+    """A resume moves the records that ended in an error aside and plays them again: stopped
+    before its end, it had left the summary of the records as they were (pass@1 0.5 over 4
+    records, beside 2 records) where a stopped new run leaves none."""
+    marker = folder / "acting"
+    (folder / "flaky_policy.py").write_text(
+        "import asyncio, os, pathlib\n"
+        "from envsdk.policies import FrozenLakeOraclePolicy\n"
+        "class Flaky(FrozenLakeOraclePolicy):\n"
+        "    async def act(self, messages):\n"
+        "        if os.environ.get('FAIL') and messages[-1]['content'].count('H') % 2:\n"
+        "            raise RuntimeError('flaky')\n"
+        "        if not os.environ.get('FAIL'):\n"
+        f"            pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "            await asyncio.sleep(120)\n"
+        "        return await super().act(messages)\n",
+        encoding="utf-8",
+    )
+    first = envsdk("rollout", "--env", "frozen_lake", "--policy", "flaky_policy:Flaky", "--episodes", "8",
+                   "--no-progress", "--out", "c.jsonl", cwd=folder, env={**user_env(), "FAIL": "1"})
+    statuses = [r["status"] for r in _records(folder / "c.jsonl")]
+    assert "error" in statuses and "done" in statuses, (statuses, first.stderr)
+    assert (folder / "c.eval.json").exists()
+    code, stderr = _ctrl_c_once_written(folder, marker, "--resume", "--out", "c.jsonl", "--no-progress")
+    assert code == 130, stderr
+    assert not (folder / "c.eval.json").exists()
