@@ -597,6 +597,8 @@ class RunPlan:
         # The summary of the records as they were: a new run replaces them, a resume changes
         # them (records moved aside, pairs played); the run's end writes it again.
         summary_path(self.out).unlink(missing_ok=True)
+        if self.replaces:  # the records the replaced run put aside went with it
+            replaced_path(self.out).unlink(missing_ok=True)
         write_atomically(path, self.run_file_text)
 
 

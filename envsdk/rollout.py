@@ -1247,8 +1247,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         """What is said when the run was to replace an earlier run's records and has not."""
         if not plan.replaces or plan.started:
             return ""
+        how = "ended without an error" if finished else "ended"
         return (f"envsdk rollout: --out {args.out} keeps the earlier run's records, as they were: no episode of this "
-                "run ended without an error (--overwrite replaces them once one does)")
+                f"run {how} (--overwrite replaces them once one ends without an error)")
 
     if getattr(args, "own_process", False):
         _set_up_collector()

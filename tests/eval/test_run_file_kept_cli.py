@@ -88,6 +88,8 @@ def test_an_overwrite_whose_every_episode_fails_keeps_the_run_it_would_replace(t
     The earlier run stays, whole, until an episode of the new one ends without an error."""
     sudoku = ("rollout", "--env", "sudoku", "--policy", "auto", "--episodes", "2", "--no-progress", "--out", "c.jsonl")
     assert envsdk(*sudoku, cwd=tmp_path).returncode == 0
+    # Records the earlier run put aside when it was resumed: they go only with the run itself.
+    (tmp_path / "c.replaced.jsonl").write_bytes((tmp_path / "c.jsonl").read_bytes().splitlines(keepends=True)[0])
     before = _files(tmp_path)
     failed = envsdk(*sudoku, "--overwrite", "--env-config", '{"reset_kwargs": {"error_alowance": 2}}', cwd=tmp_path)
     assert failed.returncode == 1
@@ -98,6 +100,9 @@ def test_an_overwrite_whose_every_episode_fails_keeps_the_run_it_would_replace(t
     again = envsdk("rollout", "--resume", "--out", "c.jsonl", "--no-progress", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "nothing left to play" in again.stdout
+    replaced = envsdk(*sudoku, "--overwrite", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert not (tmp_path / "c.replaced.jsonl").exists()
 
 
 def test_an_overwrite_stopped_before_an_episode_ends_keeps_the_run_it_would_replace(tmp_path: Path) -> None:
@@ -120,7 +125,7 @@ def test_an_overwrite_stopped_before_an_episode_ends_keeps_the_run_it_would_repl
     finally:
         stop_process(proc)
     assert proc.returncode == 130, err
-    assert "keeps the earlier run" in err, err
+    assert "keeps the earlier run" in err and "no episode of this run ended (" in err, err
     assert "--resume" not in err + out
     assert {k: v for k, v in _files(tmp_path).items() if k not in ("acting", "slow.py")} == before
 
