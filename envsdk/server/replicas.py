@@ -169,7 +169,7 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` after which the child gets SIGTERM when the thread that forked it ends
-    (Linux's parent-death signal; it survives the exec), or None where there is no prctl."""
+    (Linux's parent-death signal; the new program keeps it), or None where there is no prctl."""
     if not sys.platform.startswith("linux"):
         return None
     try:

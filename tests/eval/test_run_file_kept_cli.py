@@ -14,7 +14,7 @@ import pytest
 
 from envsdk.runfile import read_run_file
 from envsdk.testing import stop_process
-from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk, user_env
+from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk, start_interruptible, user_env
 from tests.eval.conftest import by_pair
 
 pytestmark = pytest.mark.timeout(240)
@@ -109,7 +109,8 @@ def test_an_overwrite_stopped_before_an_episode_ends_keeps_the_run_it_would_repl
     assert envsdk(*FROZEN, "--episodes", "2", "--out", "c.jsonl", cwd=tmp_path).returncode == 0
     before = _files(tmp_path)
     (tmp_path / "slow.py").write_text(_FAST_THEN_SLOW.replace("> 1", ">= 1"), encoding="utf-8")
-    proc = subprocess.Popen(
+    # Started with SIGINT handled, even where the test run ignores it (a background job).
+    proc = start_interruptible(
         [str(ENVSDK), "rollout", "--env", "frozen_lake", "--policy", "slow.py:FastThenSlow", "--episodes", "2",
          "--no-progress", "--out", "c.jsonl", "--overwrite"],
         cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
