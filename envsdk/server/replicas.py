@@ -483,11 +483,14 @@ def serve_replicas(
     max_restarts: int = 5,
 ) -> int:
     """Run N replicas until SIGINT/SIGTERM (the CLIs' ``--replicas N``); print their base URLs
-    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 0
-    after a signal, 1 when every replica was given up, 2 when they could not be started."""
+    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 130
+    after SIGINT and 143 after SIGTERM, once every replica stopped (as a single server exits),
+    1 when every replica was given up, 2 when they could not be started."""
     stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -510,9 +513,9 @@ def serve_replicas(
                 if not replicas.base_urls:
                     print("error: every replica failed past its restarts", file=sys.stderr)
                     return 1
-            return 0
         finally:
             replicas.stop()
+        return 128 + received[0]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -111,7 +111,7 @@ async def test_replicas_serve_a_pool_restart_a_dead_replica_and_all_stop_on_sigt
 
     pids = [r["pid"] for r in _read(urls_file)["replicas"]]
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == 143  # as a single server exits after SIGTERM
     assert not urls_file.exists()  # no pool reads stale URLs after a stop
     _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
 
@@ -261,6 +261,34 @@ def test_replicas_restart_at_once_on_the_ports_they_just_served(tmp_path: Path) 
         pids.update(r["pid"] for r in replicas)
         assert [r["base_url"] for r in replicas] == [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
         assert all(_health(r["base_url"]) for r in replicas)
+    finally:
+        _stop_all(procs, pids)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("signame", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_the_supervisor_exits_as_an_interrupted_program_after_stopping_its_replicas(
+    tmp_path: Path, signame: str, status: int
+) -> None:
+    """The supervisor exited 0 on SIGTERM and SIGINT, where a single server exits 143 and 130
+    (README, "Graceful shutdown"): a job runner could not tell a stop from a finished run."""
+    urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    pids: set[int] = set()
+    try:
+        from envsdk.testing import free_port
+
+        procs.append(_start_supervisor(free_port(), urls_file, log))
+        _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
+        assert procs[0].poll() is None, log.read_text()[-2000:]
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        procs[0].send_signal(getattr(signal, signame))
+        assert procs[0].wait(timeout=30) == status, log.read_text()[-2000:]
+        assert not urls_file.exists()
+        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
+        assert not any(_health(r["base_url"]) for r in replicas)
+        assert "Traceback" not in log.read_text(), log.read_text()[-2000:]
     finally:
         _stop_all(procs, pids)
 
