@@ -152,8 +152,6 @@ def _run_serve(args: argparse.Namespace) -> int:
         value = os.environ.get(name)
         if value and not (value.isdigit() and int(value) >= (1 if name == "MAX_CONCURRENT_ENVS" else 0)):
             raise CommandError(f"{name}={value!r} is not a {'port number' if name == 'PORT' else 'positive number'}")
-    if args.port is not None and not 0 <= args.port <= 65535:
-        raise CommandError(f"--port {args.port} is not a port number (0-65535)")
     if args.replicas > 1 or args.replicas_file:
         return _run_replicas(args)
     from envsdk.server.config import ServerConfig, ServerEnvironmentError
@@ -197,14 +195,15 @@ def _add_serve(subparsers: Any) -> None:
         "target", help="module:EnvClass, module:factory or module:app (or path/file.py:...)"
     )
     parser.add_argument("--host", default=None, help="bind address (default: $HOST or 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=None, help="port (default: $PORT or 8000)")
+    from envsdk.server.config import add_access_arguments, add_log_level_argument, port_number
+
+    parser.add_argument("--port", type=port_number, default=None, help="port (default: $PORT or 8000)")
     parser.add_argument(
         "--max-concurrent-envs", type=int, default=None,
         help="session capacity (default: $MAX_CONCURRENT_ENVS or 64)",
     )
     parser.add_argument("--action", default=None, help="module:Class of the action type")
     parser.add_argument("--observation", default=None, help="module:Class of the observation type")
-    from envsdk.server.config import add_access_arguments, add_log_level_argument
 
     add_log_level_argument(parser, "uvicorn's and envsdk's log level")
     add_access_arguments(parser)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
     "ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES",
-    "positive_int", "LOG_LEVELS", "add_log_level_argument",
+    "positive_int", "port_number", "LOG_LEVELS", "add_log_level_argument",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -324,6 +324,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse type of a server's ``--port``: a TCP port, 0 to 65535 (0: one the OS picks)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
     return value
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from envsdk.server.config import positive_int
+from envsdk.server.launch import PortInUseError, ensure_port_free
 
 __all__ = [
     "ReplicaSet",
@@ -49,6 +50,8 @@ __all__ = [
     "ReplicaCommand",
     "REPLICA_OPTIONS",
     "add_replica_arguments",
+    "MAX_REPLICAS",
+    "replica_count",
 ]
 
 logger = logging.getLogger("envsdk.server.replicas")
@@ -61,14 +64,28 @@ ReplicaCommand = Callable[[int], Sequence[str]]
 REPLICA_OPTIONS = ("--replicas", "--replicas-file", "--host", "--port")
 
 
+#: The most replicas one supervisor runs. Each is a server process (with game workers of its
+#: own) meant to have a core to itself; past this many, spread them over machines (`envsdk.ray`).
+MAX_REPLICAS = 64
+
+
+def replica_count(text: str) -> int:
+    """argparse type of ``--replicas``: an integer from 1 to `MAX_REPLICAS`."""
+    value = positive_int(text)
+    if value > MAX_REPLICAS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_REPLICAS} replicas (each is a server process), got {value}")
+    return value
+
+
 def add_replica_arguments(parser: argparse.ArgumentParser, *, ports: str) -> None:
     """Add ``--replicas N`` and ``--replicas-file F`` (the `REPLICA_OPTIONS` a supervisor
     consumes) to a server's argparse parser; `ports` says where the replicas listen."""
 
     parser.add_argument(
-        "--replicas", type=positive_int, default=1,
+        "--replicas", type=replica_count, default=1,
         help=f"run N server processes on {ports}, restarted when they die; prints their base "
-        "URLs (default 1: this process serves, no supervisor)",
+        f"URLs (default 1: this process serves, no supervisor; at most {MAX_REPLICAS}: each is a "
+        "process meant to have a core to itself, past that use envsdk.ray over machines)",
     )
     parser.add_argument(
         "--replicas-file", default=None,
@@ -113,24 +130,29 @@ class Replica:
         return self.process.pid if self.process is not None else None
 
 
-def _port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
+def _port_taken(host: str, port: int) -> bool:
+    try:
+        ensure_port_free(host, port)  # the single server's check: TIME-WAIT leaves a port free
+    except PortInUseError:
         return True
+    return False
 
 
 def replica_ports(n: int, *, host: str = "127.0.0.1", first_port: int | None = None) -> list[int]:
     """``n`` ports: ``first_port … first_port + n - 1`` (each must be free), or ``n`` distinct
-    free ports chosen by the OS when ``first_port`` is None."""
+    free ports chosen by the OS when ``first_port`` is None or 0. `ValueError` when the ports
+    would pass 65535."""
     if n < 1:
         raise ValueError(f"replicas must be >= 1, got {n}")
     bind_host = "0.0.0.0" if host in ("0.0.0.0", "::", "") else "127.0.0.1"
-    if first_port is not None:
+    if first_port:
+        if first_port + n - 1 > 65535:
+            raise ValueError(
+                f"--replicas {n} from --port {first_port} would use ports up to {first_port + n - 1}, "
+                "past 65535: pick a lower --port or fewer --replicas"
+            )
         ports = list(range(first_port, first_port + n))
-        taken = [p for p in ports if not _port_is_free(bind_host, p)]
+        taken = [p for p in ports if _port_taken(bind_host, p)]
         if taken:
             raise ReplicaStartError(
                 f"ports {taken} are in use; pick another --port (replicas use {first_port}..{first_port + n - 1})"
@@ -461,11 +483,14 @@ def serve_replicas(
     max_restarts: int = 5,
 ) -> int:
     """Run N replicas until SIGINT/SIGTERM (the CLIs' ``--replicas N``); print their base URLs
-    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 0
-    after a signal, 1 when every replica was given up, 2 when they could not be started."""
+    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 130
+    after SIGINT and 143 after SIGTERM, once every replica stopped (as a single server exits),
+    1 when every replica was given up, 2 when they could not be started."""
     stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -488,9 +513,9 @@ def serve_replicas(
                 if not replicas.base_urls:
                     print("error: every replica failed past its restarts", file=sys.stderr)
                     return 1
-            return 0
         finally:
             replicas.stop()
+        return 128 + received[0]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

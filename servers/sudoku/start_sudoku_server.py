@@ -15,6 +15,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    port_number,
     positive_int,
 )
 from envsdk.server.launch import SigtermDuringStartUp
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
     parser.add_argument(
-        "--port", type=positive_int, default=env.get("PORT", "8000"),
+        "--port", type=port_number, default=env.get("PORT", "8000"),
         help="env var PORT (default 8000).",
     )
     add_log_level_argument(parser, "uvicorn's log level")

@@ -18,6 +18,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    port_number,
     positive_int,
 )
 from envsdk.server.launch import SigtermDuringStartUp
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default=env.get("HOST", "127.0.0.1"),
         help="env var HOST (default 127.0.0.1; use 0.0.0.0 to listen on every interface).",
     )
-    parser.add_argument("--port", type=positive_int, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
+    parser.add_argument("--port", type=port_number, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
     add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     add_replica_arguments(parser, ports="ports --port .. --port+N-1")

@@ -111,7 +111,7 @@ async def test_replicas_serve_a_pool_restart_a_dead_replica_and_all_stop_on_sigt
 
     pids = [r["pid"] for r in _read(urls_file)["replicas"]]
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == 143  # as a single server exits after SIGTERM
     assert not urls_file.exists()  # no pool reads stale URLs after a stop
     _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
 
@@ -199,3 +199,106 @@ def _replicas_on(port: int) -> list[Any]:
         if "EchoEnvironment" in line and any(line.endswith(p) or f"{p} " in line for p in ports):
             found.append(candidate)
     return found
+
+
+def _start_supervisor(port: int, urls_file: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port", str(port),
+             "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
+def _time_wait_on(port: int) -> bool:
+    import psutil
+
+    return any(
+        c.laddr and c.laddr.port == port and c.status == psutil.CONN_TIME_WAIT
+        for c in psutil.net_connections(kind="tcp4")
+    )
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]], pids: set[int]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    for pid in pids:  # each replica in a session of its own: killed one by one
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(180)
+def test_replicas_restart_at_once_on_the_ports_they_just_served(tmp_path: Path) -> None:
+    """The supervisor checked its ports with a bind without SO_REUSEADDR (uvicorn binds with
+    it): for a minute after a stop, the TIME-WAIT left by the replicas' served connections made
+    it refuse the same ports ("ports [...] are in use"), exit 2."""
+    from envsdk.testing import free_port
+
+    port = free_port()
+    urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    pids: set[int] = set()
+    try:
+        procs.append(_start_supervisor(port, urls_file, log))
+        _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
+        assert procs[0].poll() is None, log.read_text()[-2000:]
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        for replica in replicas:  # the server closes each: its end of the connection lingers
+            for _ in range(3):
+                assert _health(replica["base_url"])
+        procs[0].send_signal(signal.SIGTERM)
+        procs[0].wait(timeout=30)
+        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
+        assert _time_wait_on(port), "no TIME-WAIT left on the first replica's port: the test proves nothing"
+
+        procs.append(_start_supervisor(port, urls_file, log))
+        _wait_for(lambda: urls_file.exists() or procs[1].poll() is not None, 60, "the restarted replicas file")
+        assert procs[1].poll() is None, log.read_text()[-2000:]
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        assert [r["base_url"] for r in replicas] == [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+        assert all(_health(r["base_url"]) for r in replicas)
+    finally:
+        _stop_all(procs, pids)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("signame", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_the_supervisor_exits_as_an_interrupted_program_after_stopping_its_replicas(
+    tmp_path: Path, signame: str, status: int
+) -> None:
+    """The supervisor exited 0 on SIGTERM and SIGINT, where a single server exits 143 and 130
+    (README, "Graceful shutdown"): a job runner could not tell a stop from a finished run."""
+    urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    pids: set[int] = set()
+    try:
+        from envsdk.testing import free_port
+
+        procs.append(_start_supervisor(free_port(), urls_file, log))
+        _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
+        assert procs[0].poll() is None, log.read_text()[-2000:]
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        procs[0].send_signal(getattr(signal, signame))
+        assert procs[0].wait(timeout=30) == status, log.read_text()[-2000:]
+        assert not urls_file.exists()
+        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
+        assert not any(_health(r["base_url"]) for r in replicas)
+        assert "Traceback" not in log.read_text(), log.read_text()[-2000:]
+    finally:
+        _stop_all(procs, pids)
+
+
+def test_envsdk_serve_refuses_replicas_whose_ports_would_pass_65535() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port", "65535",
+         "--replicas", "2"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--replicas 2" in lines[0] and "--port 65535" in lines[0], lines[0]

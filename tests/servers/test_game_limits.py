@@ -384,3 +384,31 @@ def test_a_worker_count_past_the_bound_is_refused_before_any_worker_starts(modul
     assert flag in line and "100000" in line and "64" in line, line
     line = _usage_error(_run_server(module, env={variable: "65"}), module)
     assert flag in line and "65" in line, line
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena", "servers.coding"])
+@pytest.mark.parametrize("port", ["70000", "65536", "-1"])
+def test_a_port_past_the_port_range_is_a_usage_error(module: str, port: str) -> None:
+    """--port 70000 got as far as the bind: an OverflowError traceback, exit 1."""
+    line = _usage_error(_run_server(module, "--port", port), module)
+    assert "--port" in line and port in line and "0-65535" in line, line
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+def test_replicas_whose_ports_would_pass_65535_are_refused_in_one_line(module: str) -> None:
+    """--replicas 2 --port 65535 (the second on 65536) was an OverflowError traceback from the
+    supervisor's port check."""
+    done = _run_server(module, "--replicas", "2", "--port", "65535")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--replicas 2" in lines[0] and "--port 65535" in lines[0] and "65536" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+def test_a_replica_count_past_the_bound_is_a_usage_error(module: str) -> None:
+    """--replicas 100000 (each a server process) reached the port check's traceback; within the
+    port range it would have started that many servers."""
+    line = _usage_error(_run_server(module, "--replicas", "100000"), module)
+    assert "--replicas" in line and "100000" in line and "64" in line, line
+    line = _usage_error(_run_server(module, "--replicas", "65", "--port", "18800"), module)
+    assert "--replicas" in line and "65" in line, line
