@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -246,13 +247,22 @@ def test_replicas_restart_at_once_on_the_ports_they_just_served(tmp_path: Path) 
         assert procs[0].poll() is None, log.read_text()[-2000:]
         replicas = _read(urls_file)["replicas"]
         pids.update(r["pid"] for r in replicas)
-        for replica in replicas:  # the server closes each: its end of the connection lingers
-            for _ in range(3):
-                assert _health(replica["base_url"])
+        # A kept-alive connection to each replica, which the replica closes first as it stops:
+        # its end (not the client's) lingers in TIME-WAIT once the client's end closes too.
+        held = []
+        for replica in replicas:
+            connection = socket.create_connection(("127.0.0.1", int(replica["base_url"].rsplit(":", 1)[1])), timeout=5)
+            held.append(connection)
+            connection.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert connection.recv(4096).startswith(b"HTTP/1.1 200")
         procs[0].send_signal(signal.SIGTERM)
         procs[0].wait(timeout=30)
         _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
-        assert _time_wait_on(port), "no TIME-WAIT left on the first replica's port: the test proves nothing"
+        for connection in held:  # read to the server's end first: unread bytes make a close a reset
+            while connection.recv(4096):
+                pass
+            connection.close()
+        _wait_for(lambda: _time_wait_on(port), 10, "a TIME-WAIT on the first replica's port (else the test proves nothing)")
 
         procs.append(_start_supervisor(port, urls_file, log))
         _wait_for(lambda: urls_file.exists() or procs[1].poll() is not None, 60, "the restarted replicas file")
