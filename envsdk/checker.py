@@ -53,6 +53,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from envsdk._process import print_out
 from envsdk.env import Env, Environment, RolloutRequest
 from envsdk.errors import EnvSDKError
 from envsdk.formats import ReplyParseError, parse_reply
@@ -1196,7 +1197,7 @@ def _judge(args: argparse.Namespace) -> int:
     except (CheckOptionError, ValueError) as exc:
         print(f"envsdk check-env: error: {args.target}: {exc}", file=sys.stderr)
         return 2
-    print(report)
+    print_out(str(report))
     if args.strict and report.warnings:
         print(f"check-env {args.target}: FAILED under --strict: {len(report.warnings)} warning(s)", file=sys.stderr)
         return 1

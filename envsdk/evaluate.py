@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
-from envsdk._process import sigterm_interrupts
+from envsdk._process import print_out, sigterm_interrupts
 from envsdk.env import RolloutRequest
 from envsdk.records import (
     LockFileError,
@@ -1140,6 +1140,6 @@ def rescore_command(args: argparse.Namespace) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}", file=sys.stderr)
         return 2
-    print(summarize_groups(facts).render())
-    print(f"\nre-scored records written to {target}")
+    print_out(summarize_groups(facts).render())
+    print_out(f"\nre-scored records written to {target}")
     return 0

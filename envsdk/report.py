@@ -43,6 +43,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from envsdk._process import print_out
 from envsdk.evaluate import (
     EvalError,
     EvalSummary,
@@ -670,10 +671,10 @@ def report_command(args: argparse.Namespace) -> int:
             # On stderr: stdout lists only the files written, one a line, for scripts.
             print(f"{report.html.parent}:\n{report.groups.render()}\n", file=sys.stderr)
         for path in report.plots.values():
-            print(path)
-        print(report.html)
+            print_out(str(path))
+        print_out(str(report.html))
     if compare is not None:
-        print(compare)
+        print_out(str(compare))
     return 0
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from envsdk._process import flush_out, print_out
 from envsdk.server.config import positive_int
 from envsdk.server.launch import PortInUseError, ensure_port_free
 
@@ -504,9 +505,12 @@ def serve_replicas(
             print(f"error: {exc}", file=sys.stderr)
             return 2
         try:
+            # For scripts; a standard output nobody can read does not stop the fleet (the
+            # replicas file, when one is given, has the URLs too).
             for url in urls:
-                print(url)
-            print(json.dumps({"base_urls": urls}), flush=True)
+                print_out(url)
+            print_out(json.dumps({"base_urls": urls}))
+            flush_out()
             if replicas_file is not None:
                 print(f"replica URLs written to {replicas_file}", file=sys.stderr, flush=True)
             while not stop.wait(1.0):

@@ -620,6 +620,31 @@ def test_10_a_run_whose_stdout_or_stderr_cannot_be_written_ends_with_its_own_sta
     assert (folder / "c.eval.json").exists()
 
 
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_10_report_rescore_and_check_env_whose_stdout_cannot_be_written_end_with_their_own_status(
+    folder: Path, stdout: str
+) -> None:
+    """``report``, ``rescore`` and ``check-env`` with ``>&-`` or ``> /dev/full``: their files are written and
+    they exit 0 with at most one line on stderr, as ``rollout`` does (``> /dev/full`` was a
+    traceback and status 1, after the files were written)."""
+    play = envsdk("rollout", "--env", "sudoku", "--policy", "oracle", "--episodes", "2", "--out", "c.jsonl",
+                  "--no-progress", cwd=folder)
+    assert play.returncode == 0, play.stderr
+    redirect = {"closed": "exec 1>&-; ", "full": "exec 1>/dev/full; "}[stdout]
+    for argv, made in (
+        (["report", "c.jsonl", "--out-dir", "r"], folder / "r" / "report.html"),
+        (["rescore", "--weights", "correct=1", "c.jsonl", "--out", "s.jsonl"], folder / "s.jsonl"),
+        (["check-env", "envsdk.envs.frozen_lake:FrozenLakeEnv"], None),
+    ):
+        done = subprocess.run(["bash", "-c", f"{redirect}exec {ENVSDK} {' '.join(argv)}"], cwd=folder,
+                              env=user_env(), capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
+        if argv[0] != "report":  # their report is their stdout; report's is on stderr
+            assert len(done.stderr.strip().splitlines()) <= 1, done.stderr
+        assert made is None or made.exists(), argv
+
+
 def test_10_a_resume_stopped_before_its_end_leaves_no_summary_of_records_it_changed(folder: Path) -> None:
     """A resume moves the records that ended in an error aside and plays them again: stopped
     before its end, it had left the summary of the records as they were (pass@1 0.5 over 4

@@ -312,3 +312,34 @@ def test_envsdk_serve_refuses_replicas_whose_ports_would_pass_65535() -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "--replicas 2" in lines[0] and "--port 65535" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_a_supervisor_whose_stdout_cannot_be_written_keeps_serving(tmp_path: Path) -> None:
+    """``serve --replicas 2 > /dev/full``: printing the replicas' URLs failed, and the supervisor
+    stopped its replicas and died with a traceback. The URLs are in the replicas file; the
+    fleet serves on, and stops on SIGTERM with the status a stopped server has."""
+    from envsdk.testing import free_port
+
+    urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    pids: set[int] = set()
+    try:
+        with open("/dev/full", "wb") as full, log.open("ab") as err:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port",
+                 str(free_port()), "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
+                stdout=full, stderr=err,
+            ))
+        _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        time.sleep(2)  # the URLs have been printed (the supervisor prints them once it wrote the file)
+        assert procs[0].poll() is None, log.read_text()[-2000:]
+        assert all(_health(r["base_url"]) for r in replicas)
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(timeout=30) == 143, log.read_text()[-2000:]
+        assert "Traceback" not in log.read_text(), log.read_text()[-2000:]
+        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
+    finally:
+        _stop_all(procs, pids)
