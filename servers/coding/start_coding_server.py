@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "which is weaker: rlimits and process groups only).",
     )
     parser.add_argument(
-        "--warm", type=int, default=int(env.get("SANDBOX_WARM", "4")),
-        help="env var SANDBOX_WARM (default 4). Sandboxes started ahead of need.",
+        "--warm", type=_warm_count, default=env.get("SANDBOX_WARM", "4"),
+        help="env var SANDBOX_WARM (default 4, at most --max-concurrent-envs). Sandboxes started ahead of need.",
     )
     parser.add_argument(
         "--max-concurrent-envs", type=positive_int, default=env.get("MAX_CONCURRENT_ENVS", "16"),
@@ -50,9 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warm_count(text: str) -> int:
+    """argparse type of ``--warm``: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, then serve until interrupted."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.warm > args.max_concurrent_envs:
+        # Each warm sandbox is a process; no more than one a session is ever taken at once.
+        parser.error(
+            f"--warm {args.warm} is more than --max-concurrent-envs {args.max_concurrent_envs}: a session "
+            "holds one sandbox, so sandboxes started past that many are never needed at once"
+        )
     from servers.coding.app import create_coding_app
 
     # A SIGTERM from here on closes the warm sandboxes too (`finally`), once they have started.

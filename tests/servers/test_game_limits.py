@@ -412,3 +412,19 @@ def test_a_replica_count_past_the_bound_is_a_usage_error(module: str) -> None:
     assert "--replicas" in line and "100000" in line and "64" in line, line
     line = _usage_error(_run_server(module, "--replicas", "65", "--port", "18800"), module)
     assert "--replicas" in line and "65" in line, line
+
+
+@pytest.mark.parametrize(("flags", "env", "needles"), [
+    (["--warm", "-1"], {}, ["--warm", "-1"]),
+    ([], {"SANDBOX_WARM": "abc"}, ["--warm", "abc"]),
+    (["--warm", "17"], {}, ["--warm 17", "--max-concurrent-envs 16"]),
+    (["--warm", "9", "--max-concurrent-envs", "8"], {}, ["--warm 9", "--max-concurrent-envs 8"]),
+])
+def test_a_warm_sandbox_count_outside_zero_to_the_session_bound_is_a_usage_error(
+    flags: list[str], env: dict[str, str], needles: list[str]
+) -> None:
+    """--warm -1 and SANDBOX_WARM=abc were tracebacks (the second before --help could be read);
+    --warm 100000 would have started that many sandbox processes, about 20 MB each, where no
+    more than --max-concurrent-envs can ever be taken at once."""
+    line = _usage_error(_run_server("servers.coding", "--sandbox", "process", *flags, env=env), "servers.coding")
+    assert all(n in line for n in needles), line
