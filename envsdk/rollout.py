@@ -699,6 +699,22 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+DEFAULT_EPISODES = 8
+_GIVEN = "{}_given"  # the namespace attribute saying an option was given on the command line
+
+
+class _StoreGiven(argparse.Action):
+    """``store``, noting on the namespace that the option was given (`_GIVEN`): an option at
+    its default value may still have been asked for."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN.format(self.dest), True)
+
+
 def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``rollout`` command to an argparse subparsers object; its ``func`` default is
     `rollout_command`."""
@@ -761,7 +777,10 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--api-key", default=None,
         help="bearer key of the --api-base endpoint (default: $OPENAI_API_KEY)",
     )
-    parser.add_argument("--episodes", type=int, default=8, help="number of episodes")
+    parser.add_argument(
+        "--episodes", type=int, default=DEFAULT_EPISODES, action=_StoreGiven,
+        help="number of episodes",
+    )
     parser.add_argument("--concurrency", type=int, default=8, help="episodes played at once")
     parser.add_argument("--max-turns", type=int, default=None, help="turns per episode at most (default: the scheduler's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (the next ones count up)")
@@ -941,6 +960,14 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
 
     default_env = _env_name(args.env) if args.env is not None else None
     if args.dataset is not None:
+        # Given on the command line, or a run file's other than the default (a file written
+        # before run files left it out of dataset runs holds the default).
+        if getattr(args, _GIVEN.format("episodes"), False) or args.episodes != DEFAULT_EPISODES:
+            raise UsageError(
+                f"--episodes {args.episodes} with --dataset {args.dataset}: a dataset plays one episode per row "
+                "(--rollouts-per-example R plays R): leave --episodes out, or give a file of the rows to play"
+            )
+        args.episodes = None  # not played, so not written to the run file either
         rows = load_dataset(args.dataset, default_env)
         groups: dict[tuple[str, bool], list[RolloutRequest]] = {}
         for line, row in enumerate(rows, start=1):

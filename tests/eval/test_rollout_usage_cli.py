@@ -270,3 +270,23 @@ def test_a_local_env_whose_reset_breaks_in_the_preflight_is_left_to_the_run_not_
     assert "Traceback" not in result.stderr, result.stderr
     assert "no episode ran" in result.stderr and "AttributeError" in result.stderr, result.stderr
     assert [r["error_kind"] for r in by_pair(tmp_path / "c.jsonl").values()] == ["AttributeError"] * 2
+
+
+@pytest.mark.parametrize("episodes", [["--episodes", "2"], ["--episodes=8"], ["--epi", "1"]])
+def test_episodes_with_a_dataset_is_refused_not_ignored(tmp_path: Path, episodes: list[str]) -> None:
+    """A dataset plays one episode per row: --episodes 2 with it played all 3 rows, without a
+    word, and the run file said episodes = 8 of any dataset run."""
+    rows = "".join(json.dumps({"env_config": {"name": "frozen_lake", "seed": s}}) + "\n" for s in range(3))
+    (tmp_path / "rows.jsonl").write_text(rows, encoding="utf-8")
+    result = envsdk("rollout", "--dataset", "rows.jsonl", *episodes, "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, "--episodes", "--dataset", "one episode per row")
+    assert not (tmp_path / "completions.jsonl").exists()
+    played = envsdk("rollout", "--dataset", "rows.jsonl", "--policy", "oracle", "--no-progress", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert len((tmp_path / "completions.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+    run_file = (tmp_path / "completions.run.toml").read_text(encoding="utf-8")
+    assert "episodes" not in run_file.split("[run]")[0], run_file
+    again = envsdk("rollout", "--config", "completions.run.toml", "--out", "again.jsonl", "--no-progress", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len((tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()) == 3
