@@ -82,8 +82,16 @@ class SharedRngEnv(CoinEnv):
 
 
 class IgnoresSeedEnv(CoinEnv):
+    """An unseeded generator. Its first observation carries 64 random bits: with the coin's
+    0..99 alone, two instances agreed once in 100 runs, and the checker then failed it on the
+    next rule (the concurrent resets) instead."""
+
     def _seed_rng(self, config: RolloutRequest) -> None:
         self.rng = random.Random()
+
+    async def reset(self, config: RolloutRequest) -> tuple[str, dict[str, Any], str | None]:
+        observation, info, system = await super().reset(config)
+        return f"{observation} and {self.rng.getrandbits(64)}", info, system
 
 
 class UnseededStepsEnv(CoinEnv):
