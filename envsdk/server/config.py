@@ -351,14 +351,24 @@ class _SetByVariable(str):
 _LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 
-def _log_level(text: str) -> str:
-    """argparse type of ``--log-level``: one of `LOG_LEVELS` (or logging's ``warn``/``fatal``), in any case."""
-    level = text.strip().lower()
+def log_level_name(text: str) -> str:
+    """`text` as one of `LOG_LEVELS` (uvicorn's names; logging's ``warn``/``fatal`` too), in
+    any case. Raises ValueError naming the levels."""
+    level = text.strip().lower() if isinstance(text, str) else text
     level = _LOG_LEVEL_ALIASES.get(level, level)
     if level in LOG_LEVELS:
-        return level
-    given = f"{_LOG_LEVEL_VARIABLE}={str(text)!r}" if isinstance(text, _SetByVariable) else repr(text)
-    raise argparse.ArgumentTypeError(f"{given} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+        return str(level)
+    raise ValueError(f"{str(text)!r} is not a log level: use one of {', '.join(LOG_LEVELS)}")
+
+
+def _log_level(text: str) -> str:
+    """argparse type of ``--log-level``: `log_level_name`, its error naming ``$LOG_LEVEL`` when
+    the value came from there."""
+    try:
+        return log_level_name(text)
+    except ValueError as exc:
+        given = f"{_LOG_LEVEL_VARIABLE}={str(text)!r}" if isinstance(text, _SetByVariable) else repr(text)
+        raise argparse.ArgumentTypeError(f"{given} is not a log level: use one of {', '.join(LOG_LEVELS)}") from exc
 
 
 def add_log_level_argument(parser: argparse.ArgumentParser, what: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import uvicorn
 
 from envsdk.errors import mask_secrets
-from envsdk.server.config import ServerConfig
+from envsdk.server.config import ServerConfig, log_level_name
 
 __all__ = [
     "serve",
@@ -61,12 +61,15 @@ def serve(
     raised to the hard one (`raise_open_files_limit`), and the first SIGTERM or SIGINT drains it
     (see `envsdk.server.app`: requests in flight finish within ``drain_timeout_s``, clients
     get SHUTTING_DOWN and a 1001 close, envs are closed) before uvicorn shuts down; a second
-    SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` applies to envsdk's own loggers too (`route_envsdk_logs`).
+    SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` (one of
+    `LOG_LEVELS` in any case, or logging's ``warn``; ValueError otherwise) applies to envsdk's own
+    loggers too (`route_envsdk_logs`).
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
     A port another socket listens on raises `PortInUseError` before the app starts.
     """
+    log_level = log_level_name(log_level)  # uvicorn's own lookup is a KeyError, and knows no "warn"
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
     # Before uvicorn starts: it would run the app's startup, then fail to bind and exit 3.

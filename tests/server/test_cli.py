@@ -73,3 +73,37 @@ def test_serve_refuses_a_factory_whose_types_it_cannot_tell(capsys):
 def test_serve_names_a_missing_module(capsys):
     assert main(["serve", "no_such_module_xyz:Env"]) == 2
     assert re.search("no module named .no_such_module_xyz. in ", capsys.readouterr().err)
+
+
+@pytest.mark.timeout(30)
+def test_serve_takes_logging_names_for_a_level_and_refuses_an_unknown_one_before_binding():
+    """`serve(app, log_level="loud")` was a KeyError from inside uvicorn, and `log_level="WARN"`
+    (a name Python's logging takes) the same; the command line had accepted both spellings."""
+    from envsdk.server import create_app, serve
+    from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
+
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation)
+    with pytest.raises(ValueError, match=r"'loud' is not a log level: use one of critical, error, warning"):
+        serve(app, port=free_port(), log_level="loud")
+    # A known level in another case or logging's alias gets past the check: it then serves until
+    # stopped, so it is run in a child and stopped once it answers.
+    port = free_port()
+    code = (
+        "from envsdk.server import create_app, serve\nfrom envsdk.testing import EchoAction, EchoEnvironment, EchoObservation\n"
+        f"serve(create_app(EchoEnvironment, EchoAction, EchoObservation), port={port}, log_level='WARN')\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert child.poll() is None, child.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+    finally:
+        child.terminate()
+        child.communicate(timeout=20)
