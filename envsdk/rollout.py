@@ -804,18 +804,67 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _policy_for(args: argparse.Namespace, env: str) -> Policy:
-    if ":" in args.policy:
-        from envsdk.registry import import_spec
+#: The options each policy reads beyond --policy; any other policy reads none of them.
+_POLICY_OPTIONS = {
+    "openai": ("model", "api_base", "api_key", "temperature", "top_p", "max_tokens"),
+    "transformers": ("model",),
+}
+_SAMPLING_OPTIONS = ("model", "api_base", "api_key", "temperature", "top_p", "max_tokens")
 
-        custom: Any = import_spec(args.policy)()
-        if not callable(getattr(custom, "act", None)):
-            # Refused here, not once per episode as an error record each.
+
+def _check_policy_options(args: argparse.Namespace) -> None:
+    """Refuse an option the chosen policy does not read (``--temperature 5`` with the oracle):
+    it would change nothing, yet the run file would record it as the run's."""
+    read = _POLICY_OPTIONS.get(args.policy, ())
+    for dest in _SAMPLING_OPTIONS:
+        if getattr(args, dest, None) is not None and dest not in read:
+            flag = "--" + dest.replace("_", "-")
+            users = [name for name, options in _POLICY_OPTIONS.items() if dest in options]
             raise UsageError(
-                f"--policy {args.policy}: expected a policy (an object with `async def act(messages)`), "
-                f"got {type(custom).__name__}"
+                f"{flag} is read only by --policy {' or '.join(users)}; --policy {args.policy} does not use it: "
+                "leave it out"
             )
-        return cast(Policy, custom)
+
+
+def _custom_policy(spec: str) -> Policy:
+    """The policy ``module:Class`` names, made with no arguments; `UsageError` for one that
+    cannot be made so, or that has no ``async def act(messages)`` (refused here, not once per
+    episode as an error record each)."""
+    from envsdk.registry import import_spec
+
+    target = import_spec(spec)
+    if callable(target):
+        try:
+            inspect.signature(target).bind()
+        except TypeError as exc:
+            name = getattr(target, "__name__", spec)
+            raise UsageError(
+                f"--policy {spec}: a policy is made with no arguments, and {name}() cannot be ({_one_line(exc)})"
+            ) from None
+        except ValueError:  # no signature to read (a builtin): let the call say
+            pass
+    custom: Any = target()
+    act = getattr(custom, "act_ex", None)
+    if not callable(act):
+        act = getattr(custom, "act", None)
+    if not callable(act):
+        raise UsageError(
+            f"--policy {spec}: expected a policy (an object with `async def act(messages)`), "
+            f"got {type(custom).__name__}"
+        )
+    if not (inspect.iscoroutinefunction(act) or inspect.iscoroutinefunction(type(act).__call__)):
+        name = getattr(act, "__name__", "act")
+        raise UsageError(
+            f"--policy {spec}: its {name} is a plain function; a policy's replies are awaited: write it "
+            f"as `async def {name}(messages)`"
+        )
+    return cast(Policy, custom)
+
+
+def _policy_for(args: argparse.Namespace, env: str) -> Policy:
+    _check_policy_options(args)
+    if ":" in args.policy:
+        return _custom_policy(args.policy)
     from envsdk.policies import RandomPolicy, make_policy
 
     kwargs: dict[str, Any] = {}

@@ -439,8 +439,16 @@ def _new_game(cfg: dict[str, Any]) -> tuple[FrozenLakeGame, str]:
     if cfg.get("map") is not None:
         game = FrozenLakeGame.from_map(cfg["map"])
     else:
-        game = FrozenLakeGame.generate(size=int(cfg.get("size", 4)), p=float(cfg.get("p", 0.8)), seed=cfg.get("seed"))
+        game = FrozenLakeGame.generate(size=_side(cfg.get("size", 4)), p=float(cfg.get("p", 0.8)), seed=cfg.get("seed"))
     return game, game.render()
+
+
+def _side(value: Any) -> int:
+    """``size`` as an int: a whole number (4, 4.0, "4"); 4.5 or infinity is a ValueError, not
+    a map of side 4 or an OverflowError."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"FrozenLake size must be an integer >= 2, got {value!r}")
+    return int(value)
 
 
 def _info(game: FrozenLakeGame, **extra: Any) -> dict[str, Any]:

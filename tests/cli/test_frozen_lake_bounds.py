@@ -49,3 +49,16 @@ def test_a_served_frozen_lake_refuses_a_size_above_the_bound_as_invalid(tmp_path
             assert result.observation["text"].count("\n") == 65
 
     asyncio.run(play())
+
+
+@pytest.mark.parametrize("size", ["1e999", "4.5", "-1e999"])
+def test_rollout_refuses_a_frozen_lake_size_that_is_no_integer_at_once(tmp_path: Path, size: str) -> None:
+    """1e999 (infinity, as JSON reads it) failed every episode with an OverflowError, and 4.5
+    played a map of side 4, where the README says size is an integer from 2 to 64."""
+    result = envsdk(
+        "rollout", "--env", "frozen_lake", "--episodes", "2", "--env-config", f'{{"size": {size}}}',
+        "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path, timeout=60,
+    )
+    assert result.returncode == 2, result
+    assert_one_line_error(result, "envsdk rollout: error:", "size", "integer")
+    assert not (tmp_path / "out.jsonl").exists()

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -51,18 +52,27 @@ def test_ctrl_c_on_serve_drains_and_exits_130_without_a_traceback(folder: Path) 
 def test_the_api_key_is_never_written_beside_the_records(folder: Path) -> None:
     """The run file lies beside records that get shared: a key given with --api-key must not be
     in it (nor anywhere else in the folder), and the run file still repeats the run."""
+    from envsdk.testing import running_server
     from tests.cli.conftest import envsdk
+    from tests.cli.test_user_path import _recording_inference_app
 
-    first = envsdk("rollout", "--env", "frozen_lake", "--policy", "random", "--episodes", "2", "--api-key",
-                   "sk-SECRET-123", "--out", "a.jsonl", "--no-progress", cwd=folder)
-    assert first.returncode == 0, first.stderr
-    for path in folder.rglob("*"):
-        if path.is_file():
-            assert "sk-SECRET-123" not in path.read_text(encoding="utf-8", errors="replace"), path
-    assert "api-key: given, not written" in (folder / "a.run.toml").read_text(encoding="utf-8")
-    again = envsdk("rollout", "--config", "a.run.toml", "--out", "b.jsonl", "--no-progress", cwd=folder)
-    assert again.returncode == 0, again.stderr
-    assert _episodes(folder / "a.jsonl") == _episodes(folder / "b.jsonl")
+    seen: list[dict[str, Any]] = []
+    # The key is read only by --policy openai (any other policy refuses it): a real endpoint.
+    with running_server(_recording_inference_app(seen)) as base:
+        first = envsdk("rollout", "--env", "frozen_lake", "--policy", "openai", "--api-base", base + "/v1", "--model",
+                       "m", "--episodes", "2", "--max-turns", "2", "--api-key", "sk-SECRET-123", "--out", "a.jsonl",
+                       "--no-progress", cwd=folder)
+        assert first.returncode == 0, first.stderr
+        assert seen and seen[-1]["auth"] == "Bearer sk-SECRET-123"
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert "sk-SECRET-123" not in path.read_text(encoding="utf-8", errors="replace"), path
+        assert "api-key: given, not written" in (folder / "a.run.toml").read_text(encoding="utf-8")
+        again = envsdk("rollout", "--config", "a.run.toml", "--out", "b.jsonl", "--no-progress", cwd=folder,
+                       env={**user_env(), "OPENAI_API_KEY": "k2"})
+        assert again.returncode == 0, again.stderr
+        assert seen[-1]["auth"] == "Bearer k2"  # not written, so taken from where the user keeps it
+    assert sorted(_episodes(folder / "a.jsonl")) == sorted(_episodes(folder / "b.jsonl"))
 
 
 def _episodes(path: Path) -> list[tuple[object, ...]]:

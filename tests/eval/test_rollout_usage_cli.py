@@ -290,3 +290,42 @@ def test_episodes_with_a_dataset_is_refused_not_ignored(tmp_path: Path, episodes
     again = envsdk("rollout", "--config", "completions.run.toml", "--out", "again.jsonl", "--no-progress", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert len((tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+
+
+@pytest.mark.parametrize(("source", "needles"), [
+    ("class NeedsArgs:\n    def __init__(self, x):\n        pass\n    async def act(self, messages):\n        return 'x'\n",
+     ["--policy my_policy:NeedsArgs", "no arguments", "x"]),
+    ("class SyncAct:\n    def act(self, messages):\n        return 'x'\n",
+     ["--policy my_policy:SyncAct", "async def act"]),
+], ids=["needs-args", "sync-act"])
+def test_a_policy_class_that_cannot_be_made_or_awaited_is_refused_before_any_episode(
+    tmp_path: Path, source: str, needles: list[str]
+) -> None:
+    """A class whose constructor needs arguments was a traceback; one whose act is a plain def
+    failed every episode with "object str can't be used in 'await' expression"."""
+    (tmp_path / "my_policy.py").write_text(source, encoding="utf-8")
+    name = source.split()[1].rstrip(":")
+    result = envsdk("rollout", "--env", "frozen_lake", "--policy", f"my_policy:{name}", "--episodes", "2",
+                    "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "completions.jsonl").exists()
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--temperature", "5"], "--temperature"),
+    (["--model", "foo"], "--model"),
+    (["--top-p", "0.5"], "--top-p"),
+    (["--max-tokens", "64"], "--max-tokens"),
+    (["--api-base", "http://127.0.0.1:9/v1"], "--api-base"),
+])
+def test_a_sampling_option_the_policy_does_not_use_is_refused_not_recorded(
+    tmp_path: Path, flags: list[str], named: str
+) -> None:
+    """--temperature 5 with the oracle ran, and the run file recorded temperature = 5.0 as if a
+    model had sampled at it (--policy openai refuses the same value)."""
+    result = envsdk("rollout", "--env", "frozen_lake", "--policy", "oracle", *flags, "--episodes", "1",
+                    "--no-progress", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result, named, "--policy oracle")
+    assert not (tmp_path / "completions.jsonl").exists()
