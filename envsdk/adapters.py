@@ -18,7 +18,6 @@ import asyncio
 import inspect
 import json
 import re
-import threading
 import urllib.request
 import uuid as uuid_module
 from collections.abc import Coroutine
@@ -36,6 +35,7 @@ from envsdk.protocol import ErrorCode, FrameError, shorten_input
 from envsdk.registry import envs
 from envsdk.rewards.parts import REWARD_COMPONENTS, components_from
 from envsdk.server import ServerConfig, create_app
+from envsdk.server.executors import OwnLoop
 from envsdk.types import Action, Observation, State, StepResult
 
 __all__ = [
@@ -112,51 +112,15 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         self._env: Env | None = None
         self._done = False
         self._state = State()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()  # guards the three fields below
-        self._running = False
-        self._close_when_done = False
+        self._loop = OwnLoop()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T | Coroutine[Any, Any, T]:
         """`coro` run to completion on this instance's loop; `coro` itself inside a running loop."""
-        if _running_loop() is not None:
-            return coro
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            loop = self._loop
-            self._running = True
-        try:
-            return loop.run_until_complete(coro)
-        finally:
-            with self._lock:
-                self._running = False
-                close, self._close_when_done = self._close_when_done, False
-            if close:
-                self._shut_down()
+        return self._loop.run(coro)
 
-    def _shut_down(self) -> None:
-        """Close the Env, then the loop (its async generators shut down), on this thread."""
-        with self._lock:
-            loop, self._loop = self._loop, None
-        if loop is None:
-            if self._env is None:
-                return
-            loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(self._close_env())
-        finally:
-            try:
-                # What the Env left running is cancelled, as asyncio.run does at its end.
-                left = asyncio.all_tasks(loop)
-                for task in left:
-                    task.cancel()
-                if left:
-                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                loop.close()
+    def _last_close(self) -> Coroutine[Any, Any, None] | None:
+        """The Env's close, run on the loop as it shuts down; None when there is no Env."""
+        return self._close_env() if self._env is not None else None
 
     # The row's keys are named, not swallowed by **kwargs: the server refuses unknown reset
     # arguments by this signature, so a misspelt key is an error rather than silently lost.
@@ -230,13 +194,11 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         return self._state
 
     def close(self) -> Coroutine[Any, Any, None] | None:
-        with self._lock:
-            if self._running:  # a call still runs on another thread: it closes when it returns
-                self._close_when_done = True
-                return None
+        if self._loop.close_later(self._last_close):  # a call still runs on another thread
+            return None
         if _running_loop() is not None:
             return self._close_env()
-        self._shut_down()
+        self._loop.shut_down(self._last_close)
         return None
 
     async def _close_env(self) -> None:

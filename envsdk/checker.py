@@ -54,7 +54,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from envsdk._process import print_out
-from envsdk.env import Env, Environment, RolloutRequest
+from envsdk.env import Env, Environment, RolloutRequest, is_openenv_environment, overrides_async
 from envsdk.errors import EnvSDKError
 from envsdk.formats import ReplyParseError, parse_reply
 from envsdk.protocol import validation_errors, validation_message
@@ -539,10 +539,18 @@ def _step_types(env: Environment[Any, Any, Any]) -> tuple[type[Action] | None, t
                 args = typing.get_args(base)
                 action = action if action is not None else (args[0] if args else None)
                 observation = observation if observation is not None else (args[1] if len(args) > 1 else None)
+    # OpenEnv's Action and Observation are pydantic models of their own, served alike.
     return (
-        action if isinstance(action, type) and issubclass(action, Action) else None,
-        observation if isinstance(observation, type) and issubclass(observation, Observation) else None,
+        action if isinstance(action, type) and (issubclass(action, Action) or _is_openenv_type(action)) else None,
+        observation
+        if isinstance(observation, type) and (issubclass(observation, Observation) or _is_openenv_type(observation))
+        else None,
     )
+
+
+def _is_openenv_type(cls: type) -> bool:
+    """A pydantic model class deriving from one of openenv's (its Action, Observation)."""
+    return issubclass(cls, BaseModel) and any((k.__module__ or "").startswith("openenv.") for k in cls.__mro__[1:])
 
 
 def _sample_action(action_type: type[Action], rng: random.Random, replies: Sequence[str]) -> Action | None:
@@ -584,9 +592,14 @@ class NotAnEnvironmentError(CheckOptionError):
 
 
 def _is_environment_class(cls: type) -> bool:
-    return issubclass(cls, Environment) or any(
-        klass.__name__ == "Environment" and (klass.__module__ or "").startswith("openenv.") for klass in cls.__mro__
-    )
+    return issubclass(cls, Environment) or is_openenv_environment(cls)
+
+
+def _served(env: Any, name: str) -> Callable[..., Any]:
+    """The method a server calls for `name` ("reset" or "step") on a server-side `env`, so that
+    it is the one checked: ``<name>_async`` where an OpenEnv env's class overrides it (OpenEnv
+    0.10's server and envsdk's call that one then, `envsdk.env.overrides_async`), else `name`."""
+    return getattr(env, f"{name}_async" if overrides_async(type(env), name) else name)  # type: ignore[no-any-return]
 
 
 def _check_is_factory(target: Any) -> None:
@@ -635,7 +648,7 @@ async def _check_tools(factory: Callable[[], Any], report: CheckReport, seed: in
     from envsdk.server.mcp import release, tools_of
 
     try:
-        await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID)
+        await _call("reset.returns", "reset", _served(env, "reset"), seed=seed, episode_id=_EPISODE_ID)
         tools = tools_of(env)
         try:
             listed = await _call("tools.list", "tools/list", tools.list) if tools is not None else []
@@ -791,7 +804,7 @@ async def _check_server_environment(
     guard = _GlobalRandomGuard()
     started = time.monotonic()
     first = _check_observation(
-        "reset.returns", await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID),
+        "reset.returns", await _call("reset.returns", "reset", _served(env, "reset"), seed=seed, episode_id=_EPISODE_ID),
         "reset",
     )
     reset_s = time.monotonic() - started
@@ -803,7 +816,7 @@ async def _check_server_environment(
     report.passed.append("state.returns")
     await _check_tools(factory, report, seed)
 
-    twin_first = await _call("reset.returns", "reset", twin.reset, seed=seed, episode_id=_EPISODE_ID)
+    twin_first = await _call("reset.returns", "reset", _served(twin, "reset"), seed=seed, episode_id=_EPISODE_ID)
     if twin_first != first:
         _fail(
             "reset.seed_determinism",
@@ -814,11 +827,11 @@ async def _check_server_environment(
     # The resets of a crowd may share one CPU: each gets the call deadline on top of its share.
     crowd_s = _WATCH.get().call_timeout + concurrency * reset_s
     what = f"{concurrency} concurrent resets"
-    if inspect.iscoroutinefunction(type(env).reset):
+    if inspect.iscoroutinefunction(_served(env, "reset")):
         crowd = [await _call("factory.returns", "the factory", factory) for _ in range(concurrency)]
         try:
             outs = await asyncio.gather(
-                *(_call("reset.concurrent_seed_determinism", f"reset (one of {what})", e.reset, seed=seed,
+                *(_call("reset.concurrent_seed_determinism", f"reset (one of {what})", _served(e, "reset"), seed=seed,
                         episode_id=_EPISODE_ID, within=crowd_s) for e in crowd)
             )
         finally:
@@ -856,9 +869,9 @@ async def _check_server_environment(
             action = draw(rng)
             played.append(action)
             guard = _GlobalRandomGuard()
-            obs = _check_observation("step.returns", await _call("step.returns", "step", env.step, action), "step")
+            obs = _check_observation("step.returns", await _call("step.returns", "step", _served(env, "step"), action), "step")
             guard.check("step")
-            twin_obs = await _call("step.returns", "step", twin.step, action)
+            twin_obs = await _call("step.returns", "step", _served(twin, "step"), action)
             if twin_obs != obs:
                 _fail(
                     "step.seed_determinism",
@@ -914,10 +927,10 @@ def _action_drawer(
 
 async def _served_trace(env: Any, seed: int, actions: Sequence[Action]) -> list[Any]:
     """What a server-side `env` shows reset with `seed` and played `actions` (until it ends)."""
-    trace: list[Any] = [_dump(await _call("reset.returns", "reset", env.reset, seed=seed, episode_id=_EPISODE_ID))]
+    trace: list[Any] = [_dump(await _call("reset.returns", "reset", _served(env, "reset"), seed=seed, episode_id=_EPISODE_ID))]
     trace.append(_state_dump(await _call("state.returns", "state", lambda: env.state)))
     for action in actions:
-        obs = await _call("step.returns", "step", env.step, action)
+        obs = await _call("step.returns", "step", _served(env, "step"), action)
         trace.append(_dump(obs))
         if getattr(obs, "done", False):
             break

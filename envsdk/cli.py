@@ -6,8 +6,8 @@ subcommand by appending one ``(name, add_parser)`` pair.
 
 ``envsdk serve module:target`` serves an environment:
 
-* ``target`` an `Environment` subclass: the action and observation types default to the
-  annotations of its ``step`` method (``action`` parameter and return type);
+* ``target`` an `Environment` subclass (envsdk's or OpenEnv's): the action and observation types
+  default to the annotations of its ``step`` method (``action`` parameter and return type);
 * ``target`` a zero-argument factory: pass ``--action`` and ``--observation`` (or annotate the
   factory's return type with an `Environment` subclass, whose ``step`` is then read);
 * ``target`` an ms-swift-style `Env` subclass: served through `envsdk.adapters.env_app` (the
@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from envsdk._process import Terminated, flush_out, let_stdout_go
-from envsdk.env import Env, Environment, step_types
+from envsdk.env import Env, Environment, is_openenv_environment, step_types
 from envsdk.errors import EnvSDKError
 
 __all__ = ["main", "COMMANDS", "import_target", "CommandError", "EXTRAS"]
@@ -103,7 +103,8 @@ def _build_app(args: argparse.Namespace) -> Any:
         from envsdk.adapters import env_app
 
         return env_app(target, **overrides)
-    is_env_class = isinstance(target, type) and issubclass(target, Environment)
+    # OpenEnv's Environment classes too: their step is annotated the same way.
+    is_env_class = isinstance(target, type) and (issubclass(target, Environment) or is_openenv_environment(target))
     if not is_env_class and not isinstance(target, type) and _is_asgi_app(target):
         built = getattr(getattr(target, "state", None), "envsdk_config", None)
         capacity = getattr(built, "max_concurrent_envs", None)
@@ -140,7 +141,8 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
         returned = typing.get_type_hints(factory).get("return")
     except Exception:  # no usable annotation
         return None
-    return returned if isinstance(returned, type) and issubclass(returned, Environment) else None
+    is_env = isinstance(returned, type) and (issubclass(returned, Environment) or is_openenv_environment(returned))
+    return returned if is_env else None
 
 
 def _run_serve(args: argparse.Namespace) -> int:

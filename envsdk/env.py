@@ -12,7 +12,8 @@ from typing import Any, Awaitable, ClassVar, Generic, TypeVar, Union
 from envsdk.rewards.parts import REWARD_COMPONENTS, ascore, score
 from envsdk.types import Action, Observation, State
 
-__all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT", "step_types"]
+__all__ = ["Environment", "Env", "RolloutRequest", "ActT", "ObsT", "StateT", "step_types",
+           "is_openenv_environment", "overrides_async"]
 
 ActT = TypeVar("ActT", bound=Action)
 ObsT = TypeVar("ObsT", bound=Observation)
@@ -214,3 +215,29 @@ def step_types(env_class: type) -> tuple[Any, Any]:
     except Exception:  # unresolvable annotations: the caller asks for the types instead
         return None, None
     return hints.get("action"), hints.get("return")
+
+
+def _is_openenv_base(klass: type, names: tuple[str, ...]) -> bool:
+    return klass.__name__ in names and (klass.__module__ or "").startswith("openenv.")
+
+
+def is_openenv_environment(cls: Any) -> bool:
+    """Whether `cls` is a subclass of OpenEnv's ``Environment`` (read from its bases by name, so
+    that envsdk need not import openenv)."""
+    return isinstance(cls, type) and any(_is_openenv_base(k, ("Environment",)) for k in cls.__mro__)
+
+
+def overrides_async(cls: type, name: str) -> bool:
+    """Whether an OpenEnv environment class overrides ``<name>_async`` (`name`: ``"reset"`` or
+    ``"step"``), so that OpenEnv 0.10's server calls that coroutine instead of the sync `name`
+    (its rule: the bound method's function is not ``Environment.<name>_async``). The one of
+    OpenEnv's ``MCPEnvironment`` does not count: for an action that is not a tool call it runs
+    the sync step's ``_step_impl``, and the tool calls are served by `envsdk.server.mcp`. False
+    for any other class (an envsdk `Environment` has no such pair)."""
+    if not is_openenv_environment(cls):
+        return False
+    attribute = f"{name}_async"
+    for klass in cls.__mro__:
+        if attribute in vars(klass):
+            return not _is_openenv_base(klass, ("Environment", "MCPEnvironment"))
+    return False

@@ -245,3 +245,16 @@ def test_cli_module_target_and_unknown_name(capsys: pytest.CaptureFixture[str]) 
     assert code == 0 and "EchoEnvironment (Environment)" in out
     code, out, err = _cli(["check-env", "no_such_env"], capsys)
     assert code == 2 and "'no_such_env'" in err and "frozen_lake" in err
+
+
+@pytest.mark.timeout(30)
+def test_an_openenv_env_is_checked_through_the_async_methods_its_server_calls() -> None:
+    # OpenEnv 0.10's server (and envsdk's) calls reset_async/step_async when the class overrides
+    # them: those are what is checked, not the sync methods beside them.
+    from tests.server.openenv_async_envs import HangingStepAsyncEnv, SoundAsyncEnv
+
+    report = check_env(SoundAsyncEnv, seed=2, concurrency=4)
+    assert "step.seed_determinism" in report.passed and report.episode_done
+    with pytest.raises(EnvCheckError) as excinfo:
+        check_env(HangingStepAsyncEnv, seed=2, concurrency=4, call_timeout=1.0)
+    assert excinfo.value.rule == "step.returns" and "step" in str(excinfo.value)

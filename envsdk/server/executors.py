@@ -107,10 +107,13 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TypeVar
 
-__all__ = ["Executors", "Lane", "LaneCall", "EnvAborted", "LoopStalls", "run_in_process", "is_async_callable"]
+__all__ = [
+    "Executors", "Lane", "LaneCall", "EnvAborted", "LoopStalls", "OwnLoop", "run_in_process", "is_async_callable",
+]
 
 logger = logging.getLogger("envsdk.server")
 
@@ -152,6 +155,101 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)
     )
+
+
+class OwnLoop:
+    """An event loop of one env instance's own, made on first use, on which that env's
+    coroutines run to completion on the calling thread: its lane (so a coroutine method is
+    served like a sync one, never on the server's loop). Every call of an env runs on its lane,
+    hence on one thread and this one loop, so what the env keeps between calls that belongs to
+    its loop (queues, locks, open connections) stays valid. Called inside a running event loop
+    (the server's ``inline_sync`` mode, or a coroutine calling it directly), `run` returns the
+    coroutine for that loop to await instead.
+
+    `close` shuts the loop down on the calling thread (after an optional last coroutine, e.g.
+    the env's async close); asked from another thread while a call still runs on the loop (one
+    written off by its deadline), it does not wait: the call's thread does it once the call
+    returns. Used by `envsdk.adapters.EnvEnvironment` and, for OpenEnv's ``reset_async`` /
+    ``step_async``, by the sessions."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # guards the three fields below
+        self._running = False
+        self._closing: Callable[[], Coroutine[Any, Any, None] | None] | None = None
+
+    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T | Coroutine[Any, Any, T]:
+        """`run` of ``fn(*args, **kwargs)``: a plain function (run on the lane) for a coroutine one."""
+        return self.run(fn(*args, **kwargs))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T | Coroutine[Any, Any, T]:
+        """`coro` run to completion on this loop; `coro` itself inside a running loop."""
+        if _running_loop() is not None:
+            return coro
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            loop = self._loop
+            self._running = True
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            with self._lock:
+                self._running = False
+                closing, self._closing = self._closing, None
+            if closing is not None:
+                self.shut_down(closing)
+
+    def close_later(self, last: Callable[[], Coroutine[Any, Any, None] | None] | None = None) -> bool:
+        """True when a call is running on this loop (on another thread): that thread shuts the
+        loop down, after `last`, once the call returns. False otherwise (nothing done)."""
+        with self._lock:
+            if self._running:
+                self._closing = last or _nothing
+                return True
+        return False
+
+    def close(self) -> None:
+        """Shut the loop down now on this thread, or when the running call returns."""
+        if not self.close_later():
+            self.shut_down()
+
+    def shut_down(self, last: Callable[[], Coroutine[Any, Any, None] | None] | None = None) -> None:
+        """Run ``last()`` (when it gives a coroutine) on the loop, then close the loop (its
+        async generators shut down, what the env left running cancelled), on this thread."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+        final = last() if last is not None else None
+        if loop is None:
+            if final is None:
+                return
+            loop = asyncio.new_event_loop()
+        try:
+            if final is not None:
+                loop.run_until_complete(final)
+        finally:
+            try:
+                # What the env left running is cancelled, as asyncio.run does at its end.
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class EnvAborted(Exception):

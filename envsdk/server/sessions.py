@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import hashlib
 import inspect
 import logging
@@ -71,7 +72,7 @@ from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel
 
-from envsdk.env import Environment
+from envsdk.env import Environment, overrides_async
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
@@ -97,6 +98,7 @@ from envsdk.server.executors import (
     LaneCall,
     LaneLimit,
     LoopStalls,
+    OwnLoop,
     is_async_callable,
 )
 from envsdk.server.metrics import Metrics
@@ -337,10 +339,12 @@ class SessionTable:
         return plan
 
     def reset_kwargs(self, env: Any, data: dict[str, Any]) -> dict[str, Any]:
-        """`data` checked against ``type(env).reset``'s signature (see `unknown_reset_kwargs`)."""
+        """`data` checked against the signature of ``type(env).reset`` (of ``reset_async`` where
+        that is the one served, see `Session.served`; see `unknown_reset_kwargs`)."""
         env_type = type(env)
         if env_type not in self._reset_params:
-            params = inspect.signature(env.reset).parameters.values()
+            reset = env.reset_async if overrides_async(env_type, "reset") else env.reset
+            params = inspect.signature(reset).parameters.values()
             self._reset_params[env_type] = (
                 None
                 if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
@@ -518,7 +522,8 @@ class SessionTable:
             if what == "state":
                 return await session._read_state()
             if what == "reset":
-                obs = await session.call_env("reset", env.reset, kwargs=self.reset_kwargs(env, data))
+                reset, args = session.served(env, "reset")
+                obs = await session.call_env("reset", reset, args, kwargs=self.reset_kwargs(env, data))
                 self.metrics.resets += 1
             else:
                 action = validate_model(self.spec.action_type, data)
@@ -620,6 +625,8 @@ class Session:
         self.last_active = time.monotonic()
         self._lock = asyncio.Lock()
         self._lane: Lane | None = None
+        #: The loop of `env`'s own its OpenEnv ``reset_async`` / ``step_async`` run on (`served`).
+        self._own_loop: OwnLoop | None = None
         self._calls: set[asyncio.Future[Any]] = set()
         self._replies: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
         self._replay_bytes = 0
@@ -889,18 +896,22 @@ class Session:
             assert task is not None
             task.cancel()
             if env is not None and self.env is env:
+                own, self._own_loop = self._own_loop, None
                 self._discard_env()
-                if kind != "close":
-                    table.spawn(self._close_after(task, env))
+                if kind != "close" or own is not None:
+                    table.spawn(self._close_after(task, env if kind != "close" else None, own))
             return
         victims = [self]
         if table.executors.is_shared(lane):
             victims += [s for s in table.sessions() if s is not self and s._lane is lane]
         for session in victims:
             session._lane = None
+            own, session._own_loop = session._own_loop, None
             victim_env = session._discard_env() if session.env is not None else None
             if victim_env is not None and not (kind == "close" and victim_env is env):
                 lane.post(_close_sync, victim_env)
+            if own is not None:  # after the env's close, once the call running on it returned
+                lane.post(own.close)
         table.executors.abandon(lane)
 
     def _discard_env(self) -> Any:
@@ -911,19 +922,26 @@ class Session:
                 self.table.spawn(hook(env))
         return env
 
-    async def _close_after(self, task: asyncio.Task[Any], env: Any) -> None:
+    async def _close_after(self, task: asyncio.Task[Any], env: Any, own: OwnLoop | None = None) -> None:
         await asyncio.wait({task})
-        await self._close_env(env)
+        await self._close_env(env, own)
 
-    async def _close_env(self, env: Any) -> None:
-        """Close `env` under the close deadline (on the lane for a sync close); errors logged."""
-        for hook in self.table.before_env_close:
-            await hook(env)
-        try:
-            await self.call_env("close", env.close, env=env)
-        except FrameError as exc:
-            if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
-                logger.warning("closing %s: %s", type(env).__name__, exc.message)
+    async def _close_env(self, env: Any, own: OwnLoop | None = None) -> None:
+        """Close `env` (None: none) under the close deadline (on the lane for a sync close), then
+        its own loop (`served`) on the lane; errors logged."""
+        closes: list[Callable[[], Any]] = []
+        if env is not None:
+            for hook in self.table.before_env_close:
+                await hook(env)
+            closes.append(env.close)
+        if own is not None:
+            closes.append(own.close)
+        for close in closes:
+            try:
+                await self.call_env("close", close, env=env)
+            except FrameError as exc:
+                if exc.code not in (ErrorCode.EXECUTION_ERROR, ErrorCode.TIMEOUT):  # those are logged already
+                    logger.warning("closing %s: %s", type(env).__name__, exc.message)
 
     async def _build_env(self) -> Any:
         """A fresh env from the factory, on this session's lane (so it is born on the thread
@@ -970,8 +988,9 @@ class Session:
     async def _finish(self) -> None:
         async with self._lock:
             env, self.env = self.env, None
-            if env is not None:
-                await self._close_env(env)
+            own, self._own_loop = self._own_loop, None
+            if env is not None or own is not None:
+                await self._close_env(env, own)
             if self._lane is not None:
                 self.table.executors.retire(self._lane)
                 self._lane = None
@@ -1060,15 +1079,28 @@ class Session:
         """``env.step(action)`` as a step call; for an env with a rubric (OpenEnv's or
         envsdk's), its named parts scored during the step go into the observation's metadata
         (`envsdk.rewards.parts.record_parts`), on the thread the step runs on."""
+        step, args = self.served(env, "step")
         rubric = getattr(env, "rubric", None)
         if rubric is None or not callable(getattr(rubric, "named_rubrics", None)):
-            return await self.call_env("step", env.step, (action,))
-        if is_async_callable(env.step):
+            return await self.call_env("step", step, (*args, action))
+        if is_async_callable(step):
             named = clear_parts(rubric)
-            obs = await self.call_env("step", env.step, (action,))
+            obs = await self.call_env("step", step, (*args, action))
             record_parts(obs, named)
             return obs
-        return await self.call_env("step", _step_with_parts, (env.step, rubric, action))
+        return await self.call_env("step", _step_with_parts, (functools.partial(step, *args), rubric, action))
+
+    def served(self, env: Any, name: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The call that serves `name` ("reset" or "step") on `env`, as ``(fn, leading args)``:
+        ``env.<name>``, or, for an OpenEnv env whose class overrides ``<name>_async`` (which
+        OpenEnv 0.10's server then calls instead, `envsdk.env.overrides_async`), that coroutine
+        run to completion on `env`'s own loop (`OwnLoop`), a plain call on the session's lane
+        like any sync one, never on the server's loop."""
+        if not overrides_async(type(env), name):
+            return getattr(env, name), ()
+        if self._own_loop is None:
+            self._own_loop = OwnLoop()
+        return self._own_loop.call, (getattr(env, f"{name}_async"),)
 
     async def step_by(
         self, fn: Callable[[Any], Any], action: Any, rid: str | None, *, deadline_s: float | None = None
@@ -1089,7 +1121,8 @@ class Session:
             self.env = await self._build_env()
         env = self.env
         kwargs = table.reset_kwargs(env, data)
-        obs = await self.call_env("reset", env.reset, kwargs=kwargs)
+        reset, args = self.served(env, "reset")
+        obs = await self.call_env("reset", reset, args, kwargs=kwargs)
         table.metrics.resets += 1
         return self._observation_frame(env, "reset", obs, rid)
 
