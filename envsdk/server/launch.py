@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import errno
 import functools
 import gc
@@ -18,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from envsdk._process import cannot_write
 from envsdk.errors import mask_secrets
 from envsdk.server.config import ServerConfig, log_level_name
 
@@ -68,12 +70,18 @@ def serve(
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
     A port another socket listens on raises `PortInUseError` before the app starts.
+    A standard output or error closed at start (``>&-``) is opened on /dev/null, so that logging
+    has somewhere to go; a standard output that cannot be written (``> /dev/full``) is let go
+    with one line on stderr (`envsdk._process.cannot_write`) the first time uvicorn's access log
+    fails to write to it, rather than a traceback per request.
     """
     log_level = log_level_name(log_level)  # uvicorn's own lookup is a KeyError, and knows no "warn"
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
     # Before uvicorn starts: it would run the app's startup, then fail to bind and exit 3.
     ensure_port_free(host, port)
+    open_closed_std_streams()  # before uvicorn.Config, whose log formatters ask sys.stdout.isatty()
+    uvicorn_kwargs.setdefault("log_config", _log_config())
     config = getattr(getattr(app_or_target, "state", None), "envsdk_config", None)
     if isinstance(config, ServerConfig):
         uvicorn_kwargs.setdefault("ws_max_size", config.max_frame_bytes * _WS_MAX_SIZE_FACTOR)
@@ -124,6 +132,37 @@ def ensure_port_free(host: str, port: int) -> None:
             # Any other refusal (no such address, a privileged port) is uvicorn's to report.
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUseError(f"port {port} on {host} is already in use") from None
+
+
+def open_closed_std_streams() -> None:
+    """Open standard output and error on /dev/null where the process started with them closed
+    (``>&-``: Python then has None for them, and uvicorn's logging fails on that). Opened in
+    order, each takes its own descriptor (1, 2) when that is still free."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the process's stream, until it ends)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+class _LogStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """uvicorn's log handlers (`_log_config`): a record that standard output cannot take (its
+    reader went away, a full disk) lets standard output go, said once on stderr
+    (`cannot_write`), instead of logging's traceback on stderr for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError) and self.stream is not None and self.stream is sys.stdout:
+            cannot_write(exc)
+            return
+        super().handleError(record)
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's default logging configuration, its handlers `_LogStreamHandler`s."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    for handler in config["handlers"].values():
+        handler["class"] = f"{__name__}._LogStreamHandler"
+    return config
 
 
 #: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).

@@ -1,0 +1,119 @@
+"""A server started with its standard output closed or unwritable, on a port or an address it
+cannot have: it serves, or says why not in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pytest
+
+from envsdk.testing import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment"]
+SUDOKU = [sys.executable, "-m", "servers.sudoku", "--board-workers", "1"]
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "LOG_LEVEL")}
+    return {**env, "ENVSDK_WEB": "0", **extra}
+
+
+class _Server:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, stderr: IO[bytes]) -> None:
+        self.proc, self.port, self._stderr = proc, port, stderr
+
+    def wait_healthy(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.stderr()[-3000:]}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"not healthy in time: {self.stderr()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[object]:
+    started: list[_Server] = []
+
+    def run(command: list[str], stdout: str, close_stderr: bool = False) -> _Server:
+        """`command --port P`, its stdout ``closed`` (``>&-``) or ``full`` (``> /dev/full``)."""
+        port = free_port()
+        argv = [*command, "--port", str(port)]
+        stderr = open(tmp_path / f"stderr{len(started)}", "w+b")  # noqa: SIM115 (closed at teardown)
+        if stdout == "closed":
+            redirect = ">&- 2>&-" if close_stderr else ">&-"
+            proc = subprocess.Popen(["sh", "-c", f'exec "$@" {redirect}', "sh", *argv], cwd=REPO, env=_env(),
+                                    stderr=stderr, start_new_session=True)
+        else:
+            with open("/dev/full", "wb") as full:
+                proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=full, stderr=stderr, start_new_session=True)
+        server = _Server(proc, port, stderr)
+        started.append(server)
+        return server
+
+    yield run
+    for server in started:
+        server.stop()
+        server._stderr.close()
+
+
+def _requests(port: int) -> None:
+    for _ in range(5):
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("command", [SERVE, SUDOKU], ids=["envsdk-serve", "sudoku"])
+def test_a_server_whose_stdout_is_closed_serves(start: object, command: list[str]) -> None:
+    """``>&-`` was an AttributeError ('NoneType' has no isatty) from uvicorn's log formatter: exit 1."""
+    server = start(command, "closed")  # type: ignore[operator]
+    server.wait_healthy()
+    _requests(server.port)
+    assert "Traceback" not in server.stderr(), server.stderr()[-3000:]
+
+
+def test_a_server_whose_stdout_and_stderr_are_closed_serves(start: object) -> None:
+    """``>&- 2>&-`` exited 1 without a word."""
+    server = start(SERVE, "closed", close_stderr=True)  # type: ignore[operator]
+    server.wait_healthy()
+    _requests(server.port)
+
+
+@pytest.mark.parametrize("command", [SERVE, SUDOKU], ids=["envsdk-serve", "sudoku"])
+def test_a_server_whose_stdout_cannot_be_written_serves_quietly(start: object, command: list[str]) -> None:
+    """``> /dev/full``: a 'Logging error' traceback on stderr for every request's access line."""
+    server = start(command, "full")  # type: ignore[operator]
+    server.wait_healthy()
+    _requests(server.port)
+    server.stop()
+    stderr = server.stderr()
+    assert "Traceback" not in stderr and "Logging error" not in stderr, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if "standard output" in line]
+    assert len(said) <= 1, stderr[-3000:]
