@@ -69,7 +69,8 @@ def serve(
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
-    A port another socket listens on raises `PortInUseError` before the app starts.
+    A port outside 0-65535 raises ValueError; a port another socket listens on `PortInUseError`,
+    before the app starts.
     A standard output or error closed at start (``>&-``) is opened on /dev/null, so that logging
     has somewhere to go; a standard output that cannot be written (``> /dev/full``) is let go
     with one line on stderr (`envsdk._process.cannot_write`) the first time uvicorn's access log
@@ -78,6 +79,8 @@ def serve(
     log_level = log_level_name(log_level)  # uvicorn's own lookup is a KeyError, and knows no "warn"
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"{port!r} is not a port number (0-65535)")  # the bind's is an OverflowError
     # Before uvicorn starts: it would run the app's startup, then fail to bind and exit 3.
     ensure_port_free(host, port)
     open_closed_std_streams()  # before uvicorn.Config, whose log formatters ask sys.stdout.isatty()

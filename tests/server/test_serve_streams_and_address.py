@@ -117,3 +117,28 @@ def test_a_server_whose_stdout_cannot_be_written_serves_quietly(start: object, c
     assert "Traceback" not in stderr and "Logging error" not in stderr, stderr[-3000:]
     said = [line for line in stderr.splitlines() if "standard output" in line]
     assert len(said) <= 1, stderr[-3000:]
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], prefix: str) -> str:
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(prefix), done.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("port", ["70000", "65536", "-1"])
+def test_a_port_variable_past_the_port_range_is_a_usage_error(port: str) -> None:
+    """PORT=70000 got as far as the bind: an OverflowError traceback, exit 1."""
+    done = subprocess.run(SERVE, cwd=REPO, env=_env(PORT=port), capture_output=True, text=True, timeout=60, check=False)
+    line = _one_error_line(done, "envsdk serve: error: ")
+    assert done.returncode == 2 and f"PORT='{port}'" in line and "0-65535" in line, line
+
+
+@pytest.mark.parametrize("port", [70000, -1])
+def test_serve_refuses_a_port_past_the_range_with_a_value_error(port: int) -> None:
+    from envsdk.server import create_app, serve
+    from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation
+
+    app = create_app(EchoEnvironment, EchoAction, EchoObservation)
+    with pytest.raises(ValueError, match=rf"{port} is not a port number \(0-65535\)"):
+        serve(app, port=port)
