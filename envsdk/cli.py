@@ -145,7 +145,7 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from envsdk.server import serve
-    from envsdk.server.launch import PortInUseError
+    from envsdk.server.launch import AddressNotAvailableError, PortInUseError
 
     # Read here, so that a bad value is one line rather than a traceback from deep in the server.
     port = os.environ.get("PORT")
@@ -173,6 +173,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     except PortInUseError as exc:
         raise CommandError(str(exc), 1) from None
+    except AddressNotAvailableError as exc:
+        # Reported as a port in use is: the server cannot listen where it was told to.
+        where = "--host " if args.host else "HOST="
+        raise CommandError(f"{where}{exc}", 1) from None
     return 0
 
 

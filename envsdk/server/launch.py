@@ -26,6 +26,7 @@ from envsdk.server.config import ServerConfig, log_level_name
 __all__ = [
     "serve",
     "PortInUseError",
+    "AddressNotAvailableError",
     "ensure_port_free",
     "DrainingServer",
     "request_reply_ws_protocol",
@@ -70,7 +71,8 @@ def serve(
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
     A port outside 0-65535 raises ValueError; a port another socket listens on `PortInUseError`,
-    before the app starts.
+    and a `host` that is no address of this machine `AddressNotAvailableError`, before the app
+    starts.
     A standard output or error closed at start (``>&-``) is opened on /dev/null, so that logging
     has somewhere to go; a standard output that cannot be written (``> /dev/full``) is let go
     with one line on stderr (`envsdk._process.cannot_write`) the first time uvicorn's access log
@@ -117,12 +119,24 @@ class PortInUseError(OSError):
     """The address `serve` was asked to listen on is already taken by another socket."""
 
 
+class AddressNotAvailableError(OSError):
+    """The host `serve` was asked to listen on is not an address of this machine
+    (``--host 8.8.8.8``); ``host`` is that address. Its text starts with the address, so that a
+    command can prefix the option it came from (``--host``)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(errno.EADDRNOTAVAIL, f"{host} is not an address of this machine: cannot listen on it")
+        self.host = host
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def ensure_port_free(host: str, port: int) -> None:
-    """Raise `PortInUseError` when `port` on `host` cannot be bound (port 0 is always free).
+    """Raise `PortInUseError` when `port` on `host` cannot be bound (port 0 is always free), and
+    `AddressNotAvailableError` when `host` is no address of this machine.
     Bound as uvicorn binds, with ``SO_REUSEADDR``: a port whose last connections linger in
     TIME_WAIT is free, one another process listens on is not."""
-    if port == 0:
-        return
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror:
@@ -132,9 +146,11 @@ def ensure_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            # Any other refusal (no such address, a privileged port) is uvicorn's to report.
-            if exc.errno == errno.EADDRINUSE:
+            # Any other refusal (a privileged port) is uvicorn's to report.
+            if exc.errno == errno.EADDRINUSE and port != 0:
                 raise PortInUseError(f"port {port} on {host} is already in use") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise AddressNotAvailableError(host) from None
 
 
 def open_closed_std_streams() -> None:
@@ -208,12 +224,16 @@ class SigtermDuringStartUp:
 
     def serve(self, app: Any, args: argparse.Namespace) -> int:
         """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
-        (1, said in one line, when another server holds the port)."""
+        (1, said in one line, when another server holds the port or the host is no address of
+        this machine)."""
         self.arm()
         try:
             serve(app, host=args.host, port=args.port, log_level=args.log_level)
         except PortInUseError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except AddressNotAvailableError as exc:
+            print(f"error: --host {exc}", file=sys.stderr)
             return 1
         return 0
 

@@ -142,3 +142,15 @@ def test_serve_refuses_a_port_past_the_range_with_a_value_error(port: int) -> No
     app = create_app(EchoEnvironment, EchoAction, EchoObservation)
     with pytest.raises(ValueError, match=rf"{port} is not a port number \(0-65535\)"):
         serve(app, port=port)
+
+
+@pytest.mark.parametrize(("command", "prefix"), [(SERVE, "envsdk serve: error: "), (SUDOKU, "")],
+                         ids=["envsdk-serve", "sudoku"])
+def test_a_host_address_not_on_this_machine_is_one_line(command: list[str], prefix: str) -> None:
+    """--host 8.8.8.8 was uvicorn's 'ERROR: [Errno 99] ...' after the app's start-up, exit 3."""
+    done = subprocess.run([*command, "--host", "8.8.8.8", "--port", str(free_port())], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=150, start_new_session=True,
+                          check=False)
+    line = _one_error_line(done, prefix)
+    assert done.returncode == 1 and "--host" in line and "8.8.8.8" in line, line
+    assert "error" in line
