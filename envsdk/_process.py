@@ -27,7 +27,7 @@ def let_stdout_go() -> None:
         os.close(devnull)
 
 
-def _cannot_write(exc: OSError) -> None:
+def cannot_write(exc: OSError) -> None:
     """Standard output cannot take what is written (its reader went away, a full disk, an I/O
     error): the rest of it is dropped, said once on stderr unless the reader just went away."""
     if not isinstance(exc, BrokenPipeError) and sys.stderr is not None:
@@ -46,7 +46,7 @@ def print_out(text: str) -> None:
     try:
         print(text)
     except OSError as exc:
-        _cannot_write(exc)
+        cannot_write(exc)
 
 
 def flush_out() -> None:
@@ -57,7 +57,7 @@ def flush_out() -> None:
     try:
         sys.stdout.flush()
     except OSError as exc:
-        _cannot_write(exc)
+        cannot_write(exc)
 
 
 class Terminated(KeyboardInterrupt):

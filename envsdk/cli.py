@@ -147,13 +147,15 @@ def _returned_env_class(factory: Callable[..., Any]) -> type | None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from envsdk.server import serve
-    from envsdk.server.launch import PortInUseError
+    from envsdk.server.launch import AddressNotAvailableError, PortInUseError
 
     # Read here, so that a bad value is one line rather than a traceback from deep in the server.
-    for name in ("PORT", "MAX_CONCURRENT_ENVS"):
-        value = os.environ.get(name)
-        if value and not (value.isdigit() and int(value) >= (1 if name == "MAX_CONCURRENT_ENVS" else 0)):
-            raise CommandError(f"{name}={value!r} is not a {'port number' if name == 'PORT' else 'positive number'}")
+    port = os.environ.get("PORT")
+    if port and not (port.isdigit() and int(port) <= 65535):
+        raise CommandError(f"PORT={port!r} is not a port number (0-65535)")
+    capacity = os.environ.get("MAX_CONCURRENT_ENVS")
+    if capacity and not (capacity.isdigit() and int(capacity) >= 1):
+        raise CommandError(f"MAX_CONCURRENT_ENVS={capacity!r} is not a positive number")
     if args.replicas > 1 or args.replicas_file:
         return _run_replicas(args)
     from envsdk.server.config import ServerConfig, ServerEnvironmentError
@@ -173,6 +175,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         serve(app, host=args.host, port=args.port, log_level=args.log_level)
     except PortInUseError as exc:
         raise CommandError(str(exc), 1) from None
+    except AddressNotAvailableError as exc:
+        # Reported as a port in use is: the server cannot listen where it was told to.
+        where = "--host " if args.host else "HOST="
+        raise CommandError(f"{where}{exc}", 1) from None
     return 0
 
 

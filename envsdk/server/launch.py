@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import errno
 import functools
 import gc
@@ -18,12 +19,14 @@ from typing import Any
 
 import uvicorn
 
+from envsdk._process import cannot_write
 from envsdk.errors import mask_secrets
 from envsdk.server.config import ServerConfig, log_level_name
 
 __all__ = [
     "serve",
     "PortInUseError",
+    "AddressNotAvailableError",
     "ensure_port_free",
     "DrainingServer",
     "request_reply_ws_protocol",
@@ -67,13 +70,23 @@ def serve(
     Other keyword arguments go to `uvicorn.Config`. Secrets in query
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
-    A port another socket listens on raises `PortInUseError` before the app starts.
+    A port outside 0-65535 raises ValueError; a port another socket listens on `PortInUseError`,
+    and a `host` that is no address of this machine `AddressNotAvailableError`, before the app
+    starts.
+    A standard output or error closed at start (``>&-``) is opened on /dev/null, so that logging
+    has somewhere to go; a standard output that cannot be written (``> /dev/full``) is let go
+    with one line on stderr (`envsdk._process.cannot_write`) the first time uvicorn's access log
+    fails to write to it, rather than a traceback per request.
     """
     log_level = log_level_name(log_level)  # uvicorn's own lookup is a KeyError, and knows no "warn"
     host = host or os.environ.get("HOST") or "127.0.0.1"
     port = port if port is not None else int(os.environ.get("PORT") or 8000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"{port!r} is not a port number (0-65535)")  # the bind's is an OverflowError
     # Before uvicorn starts: it would run the app's startup, then fail to bind and exit 3.
     ensure_port_free(host, port)
+    open_closed_std_streams()  # before uvicorn.Config, whose log formatters ask sys.stdout.isatty()
+    uvicorn_kwargs.setdefault("log_config", _log_config())
     config = getattr(getattr(app_or_target, "state", None), "envsdk_config", None)
     if isinstance(config, ServerConfig):
         uvicorn_kwargs.setdefault("ws_max_size", config.max_frame_bytes * _WS_MAX_SIZE_FACTOR)
@@ -106,12 +119,24 @@ class PortInUseError(OSError):
     """The address `serve` was asked to listen on is already taken by another socket."""
 
 
+class AddressNotAvailableError(OSError):
+    """The host `serve` was asked to listen on is not an address of this machine
+    (``--host 8.8.8.8``); ``host`` is that address. Its text starts with the address, so that a
+    command can prefix the option it came from (``--host``)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(errno.EADDRNOTAVAIL, f"{host} is not an address of this machine: cannot listen on it")
+        self.host = host
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def ensure_port_free(host: str, port: int) -> None:
-    """Raise `PortInUseError` when `port` on `host` cannot be bound (port 0 is always free).
+    """Raise `PortInUseError` when `port` on `host` cannot be bound (port 0 is always free), and
+    `AddressNotAvailableError` when `host` is no address of this machine.
     Bound as uvicorn binds, with ``SO_REUSEADDR``: a port whose last connections linger in
     TIME_WAIT is free, one another process listens on is not."""
-    if port == 0:
-        return
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror:
@@ -121,9 +146,42 @@ def ensure_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            # Any other refusal (no such address, a privileged port) is uvicorn's to report.
-            if exc.errno == errno.EADDRINUSE:
+            # Any other refusal (a privileged port) is uvicorn's to report.
+            if exc.errno == errno.EADDRINUSE and port != 0:
                 raise PortInUseError(f"port {port} on {host} is already in use") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise AddressNotAvailableError(host) from None
+
+
+def open_closed_std_streams() -> None:
+    """Open standard output and error on /dev/null where the process started with them closed
+    (``>&-``: Python then has None for them, and uvicorn's logging fails on that). Opened in
+    order, each takes its own descriptor (1, 2) when that is still free."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the process's stream, until it ends)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+class _LogStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """uvicorn's log handlers (`_log_config`): a record that standard output cannot take (its
+    reader went away, a full disk) lets standard output go, said once on stderr
+    (`cannot_write`), instead of logging's traceback on stderr for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError) and self.stream is not None and self.stream is sys.stdout:
+            cannot_write(exc)
+            return
+        super().handleError(record)
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's default logging configuration, its handlers `_LogStreamHandler`s."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    for handler in config["handlers"].values():
+        handler["class"] = f"{__name__}._LogStreamHandler"
+    return config
 
 
 #: A server's exit status after SIGTERM: what the shell reports for a program it ended (128 + 15).
@@ -166,12 +224,16 @@ class SigtermDuringStartUp:
 
     def serve(self, app: Any, args: argparse.Namespace) -> int:
         """`arm`, then serve `app` on ``args.host``/``args.port`` until stopped; the exit status
-        (1, said in one line, when another server holds the port)."""
+        (1, said in one line, when another server holds the port or the host is no address of
+        this machine)."""
         self.arm()
         try:
             serve(app, host=args.host, port=args.port, log_level=args.log_level)
         except PortInUseError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except AddressNotAvailableError as exc:
+            print(f"error: --host {exc}", file=sys.stderr)
             return 1
         return 0
 

@@ -343,3 +343,33 @@ def test_a_supervisor_whose_stdout_cannot_be_written_keeps_serving(tmp_path: Pat
         _wait_for(lambda: not any(_alive(p) for p in pids), 10, "every replica to exit")
     finally:
         _stop_all(procs, pids)
+
+
+@pytest.mark.timeout(120)
+def test_replicas_whose_stdout_is_closed_serve(tmp_path: Path) -> None:
+    """``--replicas 2 >&-``: every replica died at start in uvicorn's log formatter (its
+    sys.stdout is None), was restarted and died again, until the supervisor gave up."""
+    urls_file = tmp_path / "urls.json"
+    with (tmp_path / "supervisor.log").open("wb") as log:
+        proc = subprocess.Popen(
+            ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "envsdk.cli", "serve",
+             "envsdk.testing:EchoEnvironment", "--replicas", "2", "--replicas-file", str(urls_file)],
+            stderr=log,
+        )
+    pids: set[int] = set()
+    try:
+        _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
+        assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+        replicas = _read(urls_file)["replicas"]
+        pids.update(r["pid"] for r in replicas)
+        assert all(_health(r["base_url"]) for r in replicas)
+        time.sleep(1)
+        assert [r["restarts"] for r in _read(urls_file)["replicas"]] == [0, 0]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert "Traceback" not in (tmp_path / "supervisor.log").read_text()
