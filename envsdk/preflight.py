@@ -12,11 +12,12 @@ import os
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envsdk.client.pool import health_url
-from envsdk.errors import EnvSDKError
+from envsdk.client.pool import health_url, is_pool_spec, pools, url_source
+from envsdk.errors import EnvSDKError, mask_secrets
 
 __all__ = ["PreflightError", "check_env_servers", "check_inference", "served_env_name"]
 
@@ -78,48 +79,112 @@ def served_env_name(url: str) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def check_env_servers(urls: Sequence[str], concurrency: int, env_names: Mapping[str, str] | None = None) -> None:
+def _pool_servers(spec: str) -> tuple[str, list[str]]:
+    """(how to name `spec` in a message, the base URLs it lists now) for a pool name or a file of
+    base URLs (``--replicas-file``)."""
+    what = f"of the pool {spec!r}" if spec in pools else f"listed in {spec}"
+    try:
+        listed = [u.strip() for u in url_source(spec)() if u and u.strip()]
+    except (OSError, ValueError, EnvSDKError) as exc:
+        raise PreflightError(f"cannot read the environment servers {what}: {exc}: fix it or --base-url") from None
+    if not listed:
+        raise PreflightError(f"no environment server is {what}: start the servers or fix --base-url")
+    return what, list(dict.fromkeys(listed))
+
+
+def _health(base: str) -> tuple[int, Any] | OSError:
+    """`_get` of ``base/health``, or the `OSError` when nothing answers there."""
+    try:
+        return _get(base + "/health")
+    except OSError as exc:
+        return exc
+    except ValueError as exc:  # no URL urllib can open (a line of a file of base URLs)
+        return OSError(str(exc))
+
+
+def _reason(exc: OSError) -> object:
+    return getattr(exc, "reason", exc)
+
+
+def check_env_servers(
+    urls: Sequence[str],
+    concurrency: int,
+    env_names: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> None:
     """Every ``http(s)://``/``ws(s)://`` URL in `urls` answers ``/health``, accepts
     ``$ENVSDK_TOKEN`` (if it asks for one), serves the env `env_names` names for it (if any;
     see `same_env`), and together they have `concurrency` free sessions (servers that do not
-    report capacity, such as plain OpenEnv ones, are not counted). Other entries (pool names,
-    replicas files) are left to the pool."""
+    report capacity, such as plain OpenEnv ones, are not counted).
+
+    A pool name or a file of base URLs (``--replicas-file``) is read, and its servers checked
+    the same way, but as the pool plays them: one that does not answer is left out (the pool
+    skips it and tries it again later), said to `warn` in one line; none answering is refused
+    (a replicas file left by a supervisor that was killed lists servers that are all gone).
+    Entries of other kinds are left to the pool."""
     token = os.environ.get("ENVSDK_TOKEN")
     free_total, counted = 0, []
-    for url in urls:
-        if not url.startswith(("http://", "https://", "ws://", "wss://")):
+    checked: set[str] = set()
+    for entry in urls:
+        asked = (env_names or {}).get(entry)
+        if entry.startswith(("http://", "https://", "ws://", "wss://")):
+            members = [(entry, _health(_http_base(entry)))]
+            failed = members[0][1]
+            if isinstance(failed, OSError):
+                raise PreflightError(
+                    f"no environment server answers at {_http_base(entry)} ({_reason(failed)}): start it (e.g. "
+                    "`envsdk serve my_module:MyEnv --port 8000`, `python -m servers.sudoku --port 8000`) or fix "
+                    "--base-url"
+                )
+        elif is_pool_spec(entry):
+            what, listed = _pool_servers(entry)
+            with ThreadPoolExecutor(max_workers=min(16, len(listed))) as threads:  # a few s at most, not N × 5 s
+                members = list(zip(listed, threads.map(lambda u: _health(_http_base(u)), listed)))
+            gone = [(url, reply) for url, reply in members if isinstance(reply, OSError)]
+            if gone:
+                first = mask_secrets(f"{gone[0][0]}: {_reason(gone[0][1])}") + (
+                    f", and {len(gone) - 1} more" if len(gone) > 1 else ""
+                )
+                if len(gone) == len(members):
+                    left = ("; a replicas file may be left from a supervisor that was stopped (`envsdk serve … "
+                            f"--replicas N --replicas-file {entry}` writes it again)" if entry not in pools else "")
+                    raise PreflightError(
+                        f"none of the {len(members)} environment servers {what} answers ({first}){left}: "
+                        "start them or fix --base-url"
+                    )
+                if warn is not None:
+                    warn(f"{len(gone)} of the {len(members)} environment servers {what} "
+                         f"{'does' if len(gone) == 1 else 'do'} not answer ({first}): playing on the "
+                         f"{len(members) - len(gone)} that answer")
+        else:
             continue
-        base = _http_base(url)
-        try:
-            health_status, health = _get(base + "/health")
-        except OSError as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PreflightError(
-                f"no environment server answers at {base} ({reason}): start it (e.g. `envsdk serve "
-                "my_module:MyEnv --port 8000`, `python -m servers.sudoku --port 8000`) or fix --base-url"
-            ) from None
-        if health_status not in (200, 401):  # 401: a token is asked for (said below)
-            raise PreflightError(
-                f"{base}/health answered HTTP {health_status}: no environment server is at that address"
-                " (one answers 200 there): fix --base-url to the server's root, e.g. http://127.0.0.1:8000"
-            )
-        status, body = _get(base + "/metadata", {"Authorization": f"Bearer {token}"} if token else {})
-        if status == 401:
-            detail = body.get("detail") if isinstance(body, dict) else None
-            reason = detail.get("reason") if isinstance(detail, dict) else None
-            if token:
-                raise PreflightError(f"{base} refused the token in $ENVSDK_TOKEN ({reason}): set the server's token")
-            raise PreflightError(f"{base} requires a token: set ENVSDK_TOKEN=<the server's token> and run again")
-        asked = (env_names or {}).get(url)
-        if asked is not None and status == 200 and not same_env(asked, body):
-            served = body.get("name") if isinstance(body, dict) else None
-            raise PreflightError(
-                f"{base} serves {served!r}, not {asked!r}: name the server's env (--env {served}) or fix --base-url"
-            )
-        if isinstance(health, dict) and isinstance(health.get("max_sessions"), int):
-            active = int(health.get("active_sessions") or 0)
-            free_total += max(0, health["max_sessions"] - active)
-            counted.append(f"{base} {active}/{health['max_sessions']} sessions in use")
+        for url, reply in members:
+            base = _http_base(url)
+            if isinstance(reply, OSError) or base in checked:
+                continue
+            checked.add(base)
+            health_status, health = reply
+            if health_status not in (200, 401):  # 401: a token is asked for (said below)
+                raise PreflightError(
+                    f"{base}/health answered HTTP {health_status}: no environment server is at that address"
+                    " (one answers 200 there): fix --base-url to the server's root, e.g. http://127.0.0.1:8000"
+                )
+            status, body = _get(base + "/metadata", {"Authorization": f"Bearer {token}"} if token else {})
+            if status == 401:
+                detail = body.get("detail") if isinstance(body, dict) else None
+                reason = detail.get("reason") if isinstance(detail, dict) else None
+                if token:
+                    raise PreflightError(f"{base} refused the token in $ENVSDK_TOKEN ({reason}): set the server's token")
+                raise PreflightError(f"{base} requires a token: set ENVSDK_TOKEN=<the server's token> and run again")
+            if asked is not None and status == 200 and not same_env(asked, body):
+                served = body.get("name") if isinstance(body, dict) else None
+                raise PreflightError(
+                    f"{base} serves {served!r}, not {asked!r}: name the server's env (--env {served}) or fix --base-url"
+                )
+            if isinstance(health, dict) and isinstance(health.get("max_sessions"), int):
+                active = int(health.get("active_sessions") or 0)
+                free_total += max(0, health["max_sessions"] - active)
+                counted.append(f"{base} {active}/{health['max_sessions']} sessions in use")
     if counted and free_total < concurrency:
         raise PreflightError(
             f"{'; '.join(counted)}: {free_total} free, but --concurrency is {concurrency}: lower "

@@ -1081,7 +1081,9 @@ def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
                 spec = request.env_config.get("base_url")
                 if isinstance(spec, str) and batch.env not in ("remote", *_SERVED_HERE):
                     names.setdefault(spec, batch.env)
-    check_env_servers(urls, args.concurrency, names)
+    check_env_servers(
+        urls, args.concurrency, names, warn=lambda line: print(f"envsdk rollout: warning: {line}", file=sys.stderr)
+    )
     if args.policy == "openai":
         check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model, args.api_key)
 
