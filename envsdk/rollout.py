@@ -760,21 +760,26 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "transcript's new part per turn), json (ms-swift's JSON dump), or one registered in "
         "envsdk.formats.formatters (default: text)",
     )
-    parser.add_argument("--model", default=None, help="model name (openai) or local path (transformers)")
     parser.add_argument(
-        "--api-base", default=None,
+        "--model", default=None, action=_StoreGiven, help="model name (openai) or local path (transformers)"
+    )
+    parser.add_argument(
+        "--api-base", default=None, action=_StoreGiven,
         help="OpenAI-compatible endpoint for --policy openai, e.g. http://127.0.0.1:8001/v1 (default: $OPENAI_BASE_URL)",
     )
     parser.add_argument(
-        "--temperature", type=float, default=None,
+        "--temperature", type=float, default=None, action=_StoreGiven,
         help="sampling temperature for --policy openai, 0 to 2, 0 greedy (default: 1.0)",
     )
-    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling for --policy openai (default: 1.0)")
     parser.add_argument(
-        "--max-tokens", type=int, default=None, help="most tokens in one reply, for --policy openai (default: 512)"
+        "--top-p", type=float, default=None, action=_StoreGiven, help="nucleus sampling for --policy openai (default: 1.0)"
     )
     parser.add_argument(
-        "--api-key", default=None,
+        "--max-tokens", type=int, default=None, action=_StoreGiven,
+        help="most tokens in one reply, for --policy openai (default: 512)",
+    )
+    parser.add_argument(
+        "--api-key", default=None, action=_StoreGiven,
         help="bearer key of the --api-base endpoint (default: $OPENAI_API_KEY)",
     )
     parser.add_argument(
@@ -814,16 +819,21 @@ _SAMPLING_OPTIONS = ("model", "api_base", "api_key", "temperature", "top_p", "ma
 
 def _check_policy_options(args: argparse.Namespace) -> None:
     """Refuse an option the chosen policy does not read (``--temperature 5`` with the oracle):
-    it would change nothing, yet the run file would record it as the run's."""
+    it would change nothing, yet the run file would record it as the run's. One that comes from
+    a run file (written before this was refused, and kept by its run's resume) is said and left."""
     read = _POLICY_OPTIONS.get(args.policy, ())
     for dest in _SAMPLING_OPTIONS:
-        if getattr(args, dest, None) is not None and dest not in read:
-            flag = "--" + dest.replace("_", "-")
-            users = [name for name, options in _POLICY_OPTIONS.items() if dest in options]
-            raise UsageError(
-                f"{flag} is read only by --policy {' or '.join(users)}; --policy {args.policy} does not use it: "
-                "leave it out"
-            )
+        if getattr(args, dest, None) is None or dest in read:
+            continue
+        option = dest.replace("_", "-")
+        users = " or ".join(name for name, options in _POLICY_OPTIONS.items() if dest in options)
+        if getattr(args, _GIVEN.format(dest), False):
+            raise UsageError(f"--{option} is read only by --policy {users}; --policy {args.policy} does not use it: leave it out")
+        print(
+            f"envsdk rollout: warning: the run file's {option} is read only by --policy {users}; "
+            f"--policy {args.policy} does not use it",
+            file=sys.stderr,
+        )
 
 
 def _custom_policy(spec: str) -> Policy:
@@ -833,7 +843,9 @@ def _custom_policy(spec: str) -> Policy:
     from envsdk.registry import import_spec
 
     target = import_spec(spec)
-    if callable(target):
+    if not isinstance(target, type) and callable(getattr(target, "act_ex", getattr(target, "act", None))):
+        custom: Any = target  # a policy object the module made
+    elif callable(target):  # a class, or a function that makes one
         try:
             inspect.signature(target).bind()
         except TypeError as exc:
@@ -843,7 +855,12 @@ def _custom_policy(spec: str) -> Policy:
             ) from None
         except ValueError:  # no signature to read (a builtin): let the call say
             pass
-    custom: Any = target()
+        custom = target()
+    else:
+        raise UsageError(
+            f"--policy {spec}: expected a policy class (with `async def act(messages)`) or such an object, "
+            f"got {type(target).__name__}"
+        )
     act = getattr(custom, "act_ex", None)
     if not callable(act):
         act = getattr(custom, "act", None)
@@ -862,7 +879,6 @@ def _custom_policy(spec: str) -> Policy:
 
 
 def _policy_for(args: argparse.Namespace, env: str) -> Policy:
-    _check_policy_options(args)
     if ":" in args.policy:
         return _custom_policy(args.policy)
     from envsdk.policies import RandomPolicy, make_policy
@@ -992,6 +1008,7 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
                         ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    _check_policy_options(args)
     if args.formatter is not None:
         from envsdk.formats import formatters
 

@@ -172,9 +172,16 @@ def health_url(base_url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path + "/health", "", ""))
 
 
+#: Most base URLs a file may list: every one is a server the pool (and the pre-flight) reaches.
+MAX_FILE_URLS = 4096
+_URL_SCHEMES = ("http://", "https://", "ws://", "wss://")
+
+
 def read_base_urls_file(path: str | Path) -> list[str]:
     """The base URLs listed in a file: JSON (a list, or an object with ``base_urls``, as
-    written by ``--replicas-file``) or plain text (one URL a line, ``#`` comments)."""
+    written by ``--replicas-file``) or plain text (one URL a line, ``#`` comments). Raises
+    ValueError naming the entry for one that is not an ``http(s)://``/``ws(s)://`` URL, and for
+    more than `MAX_FILE_URLS` of them."""
     text = Path(path).read_text(encoding="utf-8")
     stripped = text.strip()
     if stripped.startswith(("[", "{")):
@@ -182,8 +189,19 @@ def read_base_urls_file(path: str | Path) -> list[str]:
         urls = data.get("base_urls") if isinstance(data, dict) else data
         if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
             raise ValueError(f"{path}: expected a JSON list of base URLs or an object with 'base_urls'")
-        return list(urls)
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        entries = [(f"{path} entry {i}", u.strip()) for i, u in enumerate(urls, start=1)]
+    else:
+        entries = [
+            (f"{path} line {n}", line.strip()) for n, line in enumerate(text.splitlines(), start=1)
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+    if len(entries) > MAX_FILE_URLS:
+        raise ValueError(f"{path} lists {len(entries)} base URLs, more than {MAX_FILE_URLS}")
+    for where, url in entries:
+        if not url.lower().startswith(_URL_SCHEMES):
+            shown = url if len(url) <= 80 else url[:80] + "…"
+            raise ValueError(f"{where}: {shown!r} is not a base URL (http://, https://, ws:// or wss://)")
+    return [url for _, url in entries]
 
 
 def _is_url(text: str) -> bool:

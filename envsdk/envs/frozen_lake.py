@@ -444,11 +444,14 @@ def _new_game(cfg: dict[str, Any]) -> tuple[FrozenLakeGame, str]:
 
 
 def _side(value: Any) -> int:
-    """``size`` as an int: a whole number (4, 4.0, "4"); 4.5 or infinity is a ValueError, not
-    a map of side 4 or an OverflowError."""
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"FrozenLake size must be an integer >= 2, got {value!r}")
-    return int(value)
+    """``size`` as an int: a whole number (4 or 4.0); 4.5, infinity, true or "4" is a
+    ValueError naming the value as given, not a map of side 4, an OverflowError or Python's own
+    conversion message."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError(f"FrozenLake size must be an integer from 2 to {MAX_SIZE}, got {value!r}")
 
 
 def _info(game: FrozenLakeGame, **extra: Any) -> dict[str, Any]:

@@ -51,14 +51,16 @@ def test_a_served_frozen_lake_refuses_a_size_above_the_bound_as_invalid(tmp_path
     asyncio.run(play())
 
 
-@pytest.mark.parametrize("size", ["1e999", "4.5", "-1e999"])
+@pytest.mark.parametrize("size", ["1e999", "4.5", "-1e999", "true", '"4"', '"abc"'])
 def test_rollout_refuses_a_frozen_lake_size_that_is_no_integer_at_once(tmp_path: Path, size: str) -> None:
     """1e999 (infinity, as JSON reads it) failed every episode with an OverflowError, and 4.5
-    played a map of side 4, where the README says size is an integer from 2 to 64."""
+    played a map of side 4, true a map of side 1's refusal ("got 1"), and "abc" Python's int()
+    message, where the README says size is an integer from 2 to 64."""
     result = envsdk(
         "rollout", "--env", "frozen_lake", "--episodes", "2", "--env-config", f'{{"size": {size}}}',
         "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path, timeout=60,
     )
     assert result.returncode == 2, result
-    assert_one_line_error(result, "envsdk rollout: error:", "size", "integer")
+    assert_one_line_error(result, "envsdk rollout: error:", "size", "integer", "from 2 to 64")
+    assert "invalid literal" not in result.stderr and "got 1" not in result.stderr
     assert not (tmp_path / "out.jsonl").exists()

@@ -329,3 +329,37 @@ def test_a_sampling_option_the_policy_does_not_use_is_refused_not_recorded(
     assert result.returncode == 2, result.stderr
     assert_one_line_error(result, named, "--policy oracle")
     assert not (tmp_path / "completions.jsonl").exists()
+
+
+def test_a_policy_object_a_module_made_is_played(tmp_path: Path) -> None:
+    """``--policy pol:instance`` (an object, not its class) was a traceback: the CLI called it."""
+    (tmp_path / "pol.py").write_text(
+        "from envsdk.policies import FrozenLakeOraclePolicy\ninstance = FrozenLakeOraclePolicy()\n", encoding="utf-8"
+    )
+    result = envsdk("rollout", "--env", "frozen_lake", "--policy", "pol:instance", "--episodes", "2", "--no-progress",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 2 and all(r["success"] for r in records)
+
+
+def test_a_run_file_holding_a_sampling_option_its_policy_ignores_still_runs_and_resumes(tmp_path: Path) -> None:
+    """Run files written before such options were refused hold them (temperature = 1.0 with the
+    oracle): the refusal met every --config and every --resume of that run, naming a flag the
+    user never typed. From a run file it is said once and left; on the command line refused."""
+    (tmp_path / "old.toml").write_text(
+        'env = "frozen_lake"\npolicy = "oracle"\nepisodes = 2\ntemperature = 1.0\nout = "old.jsonl"\nno-progress = true\n',
+        encoding="utf-8",
+    )
+    played = envsdk("rollout", "--config", "old.toml", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    warnings = [line for line in played.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "temperature" in warnings[0] and "--policy oracle" in warnings[0], played.stderr
+    out = tmp_path / "old.jsonl"
+    out.write_bytes(out.read_bytes().splitlines(keepends=True)[0])  # as if stopped after one episode
+    resumed = envsdk("rollout", "--resume", "--out", "old.jsonl", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    refused = envsdk("rollout", "--config", "old.toml", "--temperature", "0.5", "--out", "new.jsonl", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert_one_line_error(refused, "--temperature", "--policy oracle")

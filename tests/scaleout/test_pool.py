@@ -228,3 +228,31 @@ async def test_rollouts_given_several_base_urls_use_every_server(echo_servers, t
     assert Counter(t.runtime.base_url for t in report.trajectories) == {u: 2 for u in urls}
     rows = [json.loads(line) for line in (tmp_path / "completions.jsonl").read_text().splitlines()]
     assert all(row["env_config"]["base_url"] == urls for row in rows)
+
+
+@pytest.mark.timeout(60)
+def test_a_file_of_base_urls_with_a_line_that_is_no_url_is_refused_naming_the_line(tmp_path):
+    """``echo 'garbage{{' > g.json; envsdk rollout --base-url g.json`` probed 'garbage{{' as a
+    server, and the pre-flight blamed a stopped supervisor; a 200,000-line file was 200,000
+    probes (6.6 s, 450 MB)."""
+    from envsdk.client.pool import MAX_FILE_URLS
+    from envsdk.preflight import PreflightError, check_env_servers
+
+    garbage = tmp_path / "g.json"
+    garbage.write_text("http://127.0.0.1:1\ngarbage{{\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"g\.json line 2: 'garbage\{\{' is not a base URL"):
+        read_base_urls_file(garbage)
+    with pytest.raises(PreflightError, match=r"line 2: 'garbage\{\{' is not a base URL") as refused:
+        check_env_servers([str(garbage)], 1)
+    assert "supervisor" not in str(refused.value)
+    listed = tmp_path / "l.json"
+    listed.write_text(json.dumps({"base_urls": ["http://127.0.0.1:1", 7]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="base URLs"):
+        read_base_urls_file(listed)
+    listed.write_text(json.dumps(["http://127.0.0.1:1", "127.0.0.1:2"]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'127\.0\.0\.1:2' is not a base URL"):
+        read_base_urls_file(listed)
+    many = tmp_path / "many.txt"
+    many.write_text("".join(f"http://127.0.0.1:{i % 60000 + 1}/{i}\n" for i in range(MAX_FILE_URLS + 1)))
+    with pytest.raises(ValueError, match=f"more than {MAX_FILE_URLS}"):
+        read_base_urls_file(many)
