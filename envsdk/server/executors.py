@@ -177,6 +177,7 @@ class OwnLoop:
         self._lock = threading.Lock()  # guards the three fields below
         self._running = False
         self._closing: Callable[[], Coroutine[Any, Any, None] | None] | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T | Coroutine[Any, Any, T]:
         """`run` of ``fn(*args, **kwargs)``: a plain function (run on the lane) for a coroutine one."""
@@ -191,14 +192,25 @@ class OwnLoop:
                 self._loop = asyncio.new_event_loop()
             loop = self._loop
             self._running = True
+            task: asyncio.Task[T] = loop.create_task(coro)
+            self._task = task
         try:
-            return loop.run_until_complete(coro)
+            return loop.run_until_complete(task)
         finally:
             with self._lock:
                 self._running = False
+                self._task = None
                 closing, self._closing = self._closing, None
             if closing is not None:
                 self.shut_down(closing)
+
+    def cancel(self) -> None:
+        """Cancel the call running on this loop, from any thread (its deadline wrote it off: a
+        coroutine can be stopped where a thread cannot, so its lane is freed)."""
+        with self._lock:
+            task, loop = self._task, self._loop
+            if task is not None and loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(task.cancel)
 
     def close_later(self, last: Callable[[], Coroutine[Any, Any, None] | None] | None = None) -> bool:
         """True when a call is running on this loop (on another thread): that thread shuts the

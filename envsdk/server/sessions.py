@@ -911,6 +911,7 @@ class Session:
             if victim_env is not None and not (kind == "close" and victim_env is env):
                 lane.post(_close_sync, victim_env)
             if own is not None:  # after the env's close, once the call running on it returned
+                own.cancel()  # the call's own coroutine, if it is one: it returns at once
                 lane.post(own.close)
         table.executors.abandon(lane)
 

@@ -30,7 +30,8 @@ def _where() -> dict[str, int]:
 
 class OEnv(Environment):
     """The README user's env: the sync methods answer "sync ...", the async ones "ASYNC ...".
-    ``step_async`` of "hang" sleeps 5 s (its deadline is 1 s); of "end" ends the episode."""
+    ``step_async`` of "hang" sleeps 5 s (its deadline is 1 s), of "hang-for-an-hour" an hour;
+    of "end" ends the episode."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
     step_timeout_s = 1.0
@@ -53,6 +54,8 @@ class OEnv(Environment):
     async def step_async(self, action: A, timeout_s: float | None = None, **kw: Any) -> O:
         if action.message == "hang":
             await asyncio.sleep(5)
+        if action.message == "hang-for-an-hour":
+            await asyncio.sleep(3600)
         await asyncio.sleep(0)
         self._s.step_count += 1
         return O(text=f"ASYNC step {action.message}", done=action.message == "end", **_where())

@@ -67,3 +67,26 @@ async def test_a_step_async_past_its_deadline_times_out_and_a_reset_starts_afres
             await env.step({"message": "hang"})
         assert (await env.reset(seed=2)).observation["text"] == "ASYNC reset 2"
         assert (await env.step({"message": "ok"})).observation["text"] == "ASYNC step ok"
+
+
+async def test_a_step_async_written_off_by_its_deadline_is_cancelled_and_its_thread_freed(url: str) -> None:
+    """A coroutine can be stopped where a thread cannot: an hour-long await past its deadline
+    held its lane thread (one of the server's abandoned-thread slots) for the hour."""
+    import asyncio
+    import time
+
+    async with EnvClient(url) as env:
+        await env.reset(seed=1)
+        with pytest.raises(EnvTimeoutError):
+            await env.step({"message": "hang-for-an-hour"})
+    deadline = time.monotonic() + 10
+    while True:
+        async with httpx.AsyncClient() as http:
+            health = (await http.get(url + "/health", timeout=5)).json()
+        if health["abandoned_threads"] == 0:
+            break
+        assert time.monotonic() < deadline, health
+        await asyncio.sleep(0.1)
+    async with EnvClient(url) as env:  # the server serves on
+        await env.reset(seed=2)
+        assert (await env.step({"message": "ok"})).observation["text"] == "ASYNC step ok"
