@@ -15,6 +15,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    non_negative_int,
     port_number,
     positive_int,
 )
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which is weaker: rlimits and process groups only).",
     )
     parser.add_argument(
-        "--warm", type=_warm_count, default=env.get("SANDBOX_WARM", "4"),
+        "--warm", type=non_negative_int, default=env.get("SANDBOX_WARM", "4"),
         help="env var SANDBOX_WARM (default 4, at most --max-concurrent-envs). Sandboxes started ahead of need.",
     )
     parser.add_argument(
@@ -48,17 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_level_argument(parser, "uvicorn's log level")
     add_access_arguments(parser)
     return parser
-
-
-def _warm_count(text: str) -> int:
-    """argparse type of ``--warm``: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
