@@ -104,7 +104,8 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
     (the server's ``inline_sync`` mode, or a coroutine calling it directly), they return the
     coroutine for that loop to await instead. A ``close`` from another thread while a call is
     still running (one written off by its deadline) does not wait: the Env and the loop are
-    closed on the call's thread once it returns.
+    closed on the call's thread once it returns; the server cancels such a call's coroutine
+    (`own_loop`), so one that awaits past its deadline returns at once.
     """
 
     def __init__(self, env_cls: type[Env]) -> None:
@@ -112,11 +113,13 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         self._env: Env | None = None
         self._done = False
         self._state = State()
-        self._loop = OwnLoop()
+        #: This instance's event loop; the server cancels the call running on it when the
+        #: call's deadline writes it off (`OwnLoop.cancel`), so the lane's thread is freed.
+        self.own_loop = OwnLoop()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T | Coroutine[Any, Any, T]:
         """`coro` run to completion on this instance's loop; `coro` itself inside a running loop."""
-        return self._loop.run(coro)
+        return self.own_loop.run(coro)
 
     def _last_close(self) -> Coroutine[Any, Any, None] | None:
         """The Env's close, run on the loop as it shuts down; None when there is no Env."""
@@ -194,11 +197,11 @@ class EnvEnvironment(Environment[ChatAction, ChatObservation, State]):
         return self._state
 
     def close(self) -> Coroutine[Any, Any, None] | None:
-        if self._loop.close_later(self._last_close):  # a call still runs on another thread
+        if self.own_loop.close_later(self._last_close):  # a call still runs on another thread
             return None
         if _running_loop() is not None:
             return self._close_env()
-        self._loop.shut_down(self._last_close)
+        self.own_loop.shut_down(self._last_close)
         return None
 
     async def _close_env(self) -> None:

@@ -231,6 +231,8 @@ class SleepyStepEnv(Env):
         reply = str(messages[-1]["content"])
         if reply.startswith("sleep:"):
             time.sleep(float(reply.split(":", 1)[1]))  # noqa: ASYNC251  (the sync work under test)
+        if reply.startswith("await:"):
+            await asyncio.sleep(float(reply.split(":", 1)[1]))
         await self.queue.put(reply)
         return reply, 0.0, False, {"queued": self.queue.qsize()}
 
@@ -444,3 +446,28 @@ def test_remote_env_plays_an_openenv_server() -> None:
         observation, steps = asyncio.run(episode(url))
     assert observation == "seed 9"
     assert [(s[3]["observation"]["shout"], s[1], s[2]) for s in steps] == [("HI", 0.0, False), ("BYE", 1.0, True)]
+
+
+@pytest.mark.timeout(30)
+async def test_a_served_env_awaiting_past_its_deadline_is_cancelled_closed_and_its_thread_freed() -> None:
+    """An Env's step that awaits (a sandbox, a tool call) for an hour past its deadline held
+    its lane thread, one of the server's abandoned-thread slots, for the hour, and its close
+    waited as long: a coroutine can be stopped where a thread cannot."""
+    SleepyStepEnv.calls.clear()
+    with running_server(env_app(SleepyStepEnv, step_timeout_s=0.3)) as url:
+        async with EnvClient(url) as env:
+            await env.reset()
+            with pytest.raises(EnvTimeoutError):
+                await env.step(_say("await:3600"))
+        deadline = time.monotonic() + 10
+        while True:
+            raw = await asyncio.to_thread(lambda: urllib.request.urlopen(url + "/health", timeout=5).read())
+            health = json.loads(raw)
+            closed = any(kind == "close" for kind, _, _ in SleepyStepEnv.calls)
+            if health["abandoned_threads"] == 0 and closed:  # freed, and the Env closed
+                break
+            assert time.monotonic() < deadline, (health, SleepyStepEnv.calls)
+            await asyncio.sleep(0.1)
+        async with EnvClient(url) as env:  # the server serves on
+            await env.reset()
+            assert (await env.step(_say("quick"))).observation["text"] == "quick"

@@ -901,6 +901,11 @@ class Session:
                 if kind != "close" or own is not None:
                     table.spawn(self._close_after(task, env if kind != "close" else None, own))
             return
+        # The call's own coroutine, when it runs on an env's own loop (an `Env` served through
+        # its adapter): cancelled, it returns at once and the lane's thread is freed.
+        env_loop = getattr(env, "own_loop", None)
+        if isinstance(env_loop, OwnLoop):
+            env_loop.cancel()
         victims = [self]
         if table.executors.is_shared(lane):
             victims += [s for s in table.sessions() if s is not self and s._lane is lane]
