@@ -149,13 +149,14 @@ def test_a_replicas_file_that_cannot_be_written_is_refused_before_any_replica_st
             replica.kill()
 
 
-@pytest.mark.timeout(120)
-def test_replicas_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
-    """A supervisor killed with SIGKILL stops nothing itself; its replicas (each in a session of
-    its own, so no signal to its group reaches them) went on serving as orphans."""
-    urls_file = tmp_path / "urls.json"
+@contextlib.contextmanager
+def supervisor_process(
+    urls_file: Path, *options: str
+) -> Iterator[tuple[subprocess.Popen[bytes], list[dict[str, Any]]]]:
+    """`envsdk serve EchoEnvironment --replicas 2` writing `urls_file`, once the file is there:
+    (the supervisor, the replicas it lists). Whatever is left of either is killed on the way out."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment",
+        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", *options,
          "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -165,12 +166,7 @@ def test_replicas_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         assert proc.poll() is None, "the supervisor exited while starting"
         replicas = _read(urls_file)["replicas"]
         pids = [r["pid"] for r in replicas]
-        assert len(pids) == 2 and all(_health(r["base_url"]) for r in replicas)
-
-        proc.kill()
-        proc.wait(timeout=10)
-        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "the orphaned replicas to exit")
-        assert not any(_health(r["base_url"]) for r in replicas)
+        yield proc, replicas
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -178,6 +174,23 @@ def test_replicas_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         for pid in pids:  # each in a session of its own: killed one by one
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def kill_supervisor(proc: subprocess.Popen[bytes], replicas: list[dict[str, Any]]) -> None:
+    """SIGKILL the supervisor (it stops nothing itself), then wait for its replicas to exit."""
+    proc.kill()
+    proc.wait(timeout=10)
+    _wait_for(lambda: not any(_alive(r["pid"]) for r in replicas), 10, "the orphaned replicas to exit")
+
+
+@pytest.mark.timeout(120)
+def test_replicas_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """A supervisor killed with SIGKILL stops nothing itself; its replicas (each in a session of
+    its own, so no signal to its group reaches them) went on serving as orphans."""
+    with supervisor_process(tmp_path / "urls.json") as (proc, replicas):
+        assert len(replicas) == 2 and all(_health(r["base_url"]) for r in replicas)
+        kill_supervisor(proc, replicas)
+        assert not any(_health(r["base_url"]) for r in replicas)
 
 
 def _health(base_url: str) -> bool:

@@ -6,12 +6,7 @@ line; some of them answering plays on those, with a one-line warning."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,35 +19,17 @@ from envsdk.testing import free_port, running_server
 from tests.cli.conftest import assert_one_line_error, envsdk
 
 from .conftest import echo_app
-from .test_replicas import _alive, _read, _wait_for
+from .test_replicas import kill_supervisor, supervisor_process
 
 
 @pytest.fixture
 def stale_replicas_file(tmp_path: Path) -> Iterator[Path]:
     """A replicas file whose supervisor was killed with SIGKILL and whose replicas are gone."""
     urls_file = tmp_path / "u2.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port", str(free_port()),
-         "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    pids: list[int] = []
-    try:
-        _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
-        assert proc.poll() is None, "the supervisor exited while starting"
-        pids = [r["pid"] for r in _read(urls_file)["replicas"]]
-        proc.kill()
-        proc.wait(timeout=10)
-        _wait_for(lambda: not any(_alive(p) for p in pids), 10, "the orphaned replicas to exit")
+    with supervisor_process(urls_file, "--port", str(free_port())) as (proc, replicas):
+        kill_supervisor(proc, replicas)
         assert urls_file.exists()
         yield urls_file
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        for pid in pids:  # each in a session of its own: killed one by one
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(180)
