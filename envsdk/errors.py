@@ -28,19 +28,26 @@ __all__ = [
     "mask_secrets",
 ]
 
-# ``token=…`` / ``resume_token=…`` in a query string, and the ``user:password@`` of a URL.
-# A value runs to the query's next ``&``, as a server reads it: a bearer token is the user's own
-# string (``)``, ``#``, ``\\`` included, sent as typed), so it ends early only where no request
-# target goes on (a quote, a space, ``: ``). A password runs to the URL's last ``@``.
-_SECRET_QUERY = re.compile(r"\b((?:resume_)?token)=[^&\s\"']*?(?=[&\s\"']|:\s|$)")
+# ``token=…`` / ``resume_token=…`` anywhere, any query parameter whose name ends in a secret's
+# word (``access_token``, ``api_key``, ``client_secret``, ``X-Amz-Signature``: a gateway's own
+# names, in any case), and the ``user:password@`` of a URL. A value runs to the query's next
+# ``&``, as a server reads it: a bearer token is the user's own string (``)``, ``#``, ``\\``
+# included, sent as typed), so it ends early only where no request target goes on (a quote, a
+# space, ``: ``). A password runs to the URL's last ``@``.
+_SECRET_QUERY = re.compile(
+    r"((?<=[?&;])[\w.%-]*?(?:token|key|secret|password|passwd|pwd|signature|credential)|\b(?:resume_)?token)"
+    r"=[^&\s\"']*?(?=[&\s\"']|:\s|$)",
+    re.IGNORECASE,
+)
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s\"']*@")
 
 
 def mask_secrets(text: str) -> str:
     """`text` with every URL's secrets masked (``***``): the values of ``token=`` and
-    ``resume_token=`` (a resume token lets whoever reads it take the session over) and a URL's
-    ``user:password@``. Applied to every message that may carry a URL."""
-    if "token=" in text:
+    ``resume_token=`` (a resume token lets whoever reads it take the session over), of any query
+    parameter named for a secret (``access_token``, ``api_key``, ``client_secret``, ...) and a
+    URL's ``user:password@``. Applied to every message that may carry a URL."""
+    if "=" in text:
         text = _SECRET_QUERY.sub(r"\1=***", text)
     if "@" in text:
         text = _USERINFO.sub(r"\1***@", text)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from envsdk.client.sync import OpenEnvWrapper
-from envsdk.errors import EnvSDKError
+from envsdk.errors import EnvSDKError, mask_secrets
 from envsdk.testing import free_port, stop_process
 from tests.cli.conftest import ENVSDK, REPO, assert_one_line_error, envsdk, user_env
 
@@ -99,6 +99,9 @@ def test_a_server_killed_mid_run_leaks_no_resume_token_into_stderr_or_records(tm
         # Without a scheme, or not a URL at all: the line still masks what the URL carries.
         ("localhost:8000/?token=s3cret-pw", ["--base-url", "no scheme", "token=***"]),
         ("not a url?token=s3cret-pw", ["--base-url", "neither a URL", "token=***"]),
+        # A gateway's own query secrets, whatever the key is called.
+        ("http://127.0.0.1:99999/?access_token=s3cret-pw", ["--base-url", "99999", "access_token=***"]),
+        ("http://127.0.0.1:99999/?x=1&api_key=s3cret-pw&y=2", ["--base-url", "99999", "api_key=***&y=2"]),
     ],
 )
 def test_a_malformed_base_url_is_one_line_and_exit_2(tmp_path: Path, url: str, needles: list[str]) -> None:
@@ -115,3 +118,23 @@ def test_the_client_refuses_a_malformed_base_url_with_a_typed_error(url: str) ->
         OpenEnvWrapper(url)
     assert isinstance(caught.value, ValueError)  # as websocket_url's refusals were
     assert "s3cret-pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("ws://h/ws?session_id=a&resume_token=s3cret-pw", "ws://h/ws?session_id=a&resume_token=***"),
+        ("connect to http://h/?token=s3cret-pw failed", "connect to http://h/?token=*** failed"),
+        ("http://h/?Access_Token=s3cret-pw&n=2", "http://h/?Access_Token=***&n=2"),
+        ("http://h/?apikey=s3cret-pw", "http://h/?apikey=***"),
+        ("http://h/?X-Amz-Signature=s3cret-pw", "http://h/?X-Amz-Signature=***"),
+        ("http://h/?client_secret=s3cret-pw", "http://h/?client_secret=***"),
+        ("http://h/?password=s3cret-pw", "http://h/?password=***"),
+        ("http://u:s3cret-pw@h/", "http://***@h/"),
+        # Not query secrets: an option's value in a message is left as it is.
+        ("max_tokens=8 and monkey=1", "max_tokens=8 and monkey=1"),
+        ("http://h/?tokens=8&keyboard=us", "http://h/?tokens=8&keyboard=us"),
+    ],
+)
+def test_mask_secrets_masks_a_urls_secret_query_values_and_nothing_else(text: str, masked: str) -> None:
+    assert mask_secrets(text) == masked
