@@ -7,11 +7,13 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from envsdk.protocol import validation_errors, validation_message
 
 __all__ = [
     "ServerConfig", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_DEADLINES_S", "ServerEnvironmentError", "ENVIRONMENT_VARIABLES",
-    "positive_int", "port_number", "LOG_LEVELS", "add_log_level_argument",
+    "positive_int", "port_number", "LOG_LEVELS", "add_log_level_argument", "config_error",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -314,6 +316,27 @@ ENVIRONMENT_VARIABLES = {
     for name, info in ServerConfig.model_fields.items()
     if isinstance(info.default_factory, _FromEnv)
 }
+
+
+def config_error(**options: Any) -> str | None:
+    """None if ``ServerConfig(**options)`` can be built, else one line saying why: the
+    environment variable that holds a value its option cannot take (``ENVSDK_WEB='maybe'``,
+    ``ENVSDK_LANE_WAIT_S=-1``), or the option given. A server's command checks this before it
+    starts anything, so that a bad value is a usage error rather than a traceback from deep in
+    `create_app`."""
+    try:
+        ServerConfig(**options)
+    except ServerEnvironmentError as exc:
+        return str(exc)
+    except ValidationError as exc:
+        errors = validation_errors(exc)
+        for error in errors:
+            field = str(error["loc"][0]) if error.get("loc") else "option"
+            variable = ENVIRONMENT_VARIABLES.get(field) if field not in options else None
+            raw = os.environ.get(variable) if variable else None
+            error["loc"] = [f"{variable}={raw!r}" if variable and raw is not None else f"{field}={error.get('input')!r}"]
+        return validation_message("invalid server option", errors)
+    return None
 
 
 def _int_from(text: str, minimum: int, expected: str) -> int:

@@ -15,6 +15,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    config_error,
     port_number,
     positive_int,
 )
@@ -77,9 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, then serve until interrupted."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.replicas > 1 or args.replicas_file:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    # The server options ENVSDK_* variables set, checked before any board worker starts.
+    refused = config_error(**options)
+    if refused is not None:
+        parser.error(refused)
     # Imported late so that --help and a bad env id answer without loading the server.
     from servers.sudoku.app import create_sudoku_app
     from servers.sudoku.environment import BoardPool
@@ -88,7 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     sigterm = SigtermDuringStartUp.install()
     pool = BoardPool(workers=args.board_workers)
     try:
-        options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
         app = create_sudoku_app(args.env_id, board_pool=pool, **options)
         return sigterm.serve(app, args)
     finally:

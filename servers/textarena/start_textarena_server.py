@@ -18,6 +18,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    config_error,
     port_number,
     positive_int,
 )
@@ -107,9 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, then serve until interrupted. A game that cannot run here (NLTK
     data not installed, kwargs it refuses) exits with status 2 and one line saying why."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.replicas > 1 or args.replicas_file:
         return _serve_replicas(args, list(argv) if argv is not None else sys.argv[1:])
+    server_options = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    # The server options ENVSDK_* variables set, checked before any game worker starts.
+    refused = config_error(**server_options)
+    if refused is not None:
+        parser.error(refused)
     # Imported late so that --help and a bad env id answer without loading the server.
     from servers.textarena.app import create_textarena_app, env_kwargs_from_environ
     from servers.textarena.pool import GamePool
@@ -123,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             app = create_textarena_app(
                 args.env_id, num_players=args.num_players, max_turns=args.max_turns,
                 env_kwargs=env_kwargs_from_environ(), game_pool=pool, max_move_chars=args.max_move_chars,
-                max_concurrent_envs=args.max_concurrent_envs, **access_options(args),
+                **server_options,
             )
         except TextArenaOptionError as exc:
             print(f"error: {exc}", file=sys.stderr)

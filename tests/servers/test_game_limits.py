@@ -428,3 +428,17 @@ def test_a_warm_sandbox_count_outside_zero_to_the_session_bound_is_a_usage_error
     more than --max-concurrent-envs can ever be taken at once."""
     line = _usage_error(_run_server("servers.coding", "--sandbox", "process", *flags, env=env), "servers.coding")
     assert all(n in line for n in needles), line
+
+
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+@pytest.mark.parametrize(("variable", "value"), [
+    ("ENVSDK_WEB", "maybe"),
+    ("ENVSDK_MAX_BODY_BYTES", "lots"),
+    ("ENVSDK_LANE_WAIT_S", "-1"),
+])
+def test_a_bad_server_variable_is_a_usage_error_naming_it(module: str, variable: str, value: str) -> None:
+    """ENVSDK_WEB=maybe (the Sudoku README's switch for the page) started the game workers, then
+    ended in a ServerEnvironmentError or pydantic ValidationError traceback, exit 1."""
+    line = _usage_error(_run_server(module, env={variable: value}), module)
+    assert variable in line and value in line, line
+
