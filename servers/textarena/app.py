@@ -76,7 +76,8 @@ def create_textarena_app(
     ``TEXTARENA_MAX_TURNS`` and ``TEXTARENA_KW_*`` mean; `server_options` are
     `envsdk.server.ServerConfig` fields (``max_concurrent_envs=64``, ...). The game is built
     once here: an unknown id, kwargs the game refuses or NLTK data that is not installed raise
-    `TextArenaOptionError` with one line saying why, before anything is served.
+    `TextArenaOptionError` with one line saying why, before anything is served (so does a game
+    whose module or constructor fails here: a package, a data file or an API key it needs).
     `max_move_chars` caps every game's moves (default: each game's own cap). Seeded resets
     run in `game_pool`, whose worker processes are started here; without one the app makes its
     own (`game_workers` processes, default min(4, CPUs); `generation_timeout_s` per game,
@@ -96,6 +97,9 @@ def create_textarena_app(
         reason = game_unavailable(env_id, **kwargs)
     except TypeError as exc:  # a kwarg the game's constructor does not take
         raise TextArenaOptionError(f"{env_id} refused its kwargs {kwargs}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the game's own code fails here: a package, a data file, an API key
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever the game raised
+        raise TextArenaOptionError(f"{env_id} is unavailable here: {why[:512]}") from None
     if reason is not None:
         raise TextArenaOptionError(reason)
     pool = game_pool or GamePool(

@@ -442,3 +442,21 @@ def test_a_bad_server_variable_is_a_usage_error_naming_it(module: str, variable:
     line = _usage_error(_run_server(module, env={variable: value}), module)
     assert variable in line and value in line, line
 
+
+@pytest.mark.parametrize(("env_id", "needle"), [
+    ("GuessWho-v0", "OPENROUTER_API_KEY"),  # its constructor asks for an API key
+    ("UsedCarNegotiation-v0", "blue_book.txt"),  # textarena 0.7.4's wheel lacks its data file
+])
+def test_a_game_that_cannot_be_built_here_is_refused_at_start_in_one_line(env_id: str, needle: str) -> None:
+    """TEXTARENA_ENV_ID=GuessWho-v0 (no OPENROUTER_API_KEY) or UsedCarNegotiation-v0 ended in a
+    ValueError / FileNotFoundError traceback, exit 1: only missing NLTK data was refused in one
+    line."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "servers.textarena", "--port", str(free_port())],
+        cwd=_REPO, env={**env, "TEXTARENA_ENV_ID": env_id}, capture_output=True, text=True, timeout=90, check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    err = done.stderr.strip()
+    assert "\n" not in err and err.startswith(f"error: {env_id} is unavailable"), err
+    assert needle in err, err
