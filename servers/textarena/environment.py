@@ -638,8 +638,9 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
 
         kwargs = self.env_kwargs if game_id == self.env_id else {}
         pool = self._pool or default_game_pool()
-        self._game = None  # no half-started episode: a failed reset leaves NOT_RESET behind
         with WATCHDOG.limit(_limit(type(self).reset_timeout_s), f"{game_id} reset"):
+            # Until the new game is generated and its options accepted, a refusal (the game's
+            # own checks, the pool full or past its deadline) leaves the running episode as it was.
             try:
                 generated = pool.game(game_id, kwargs, players, seed, timeout_s=type(self).reset_timeout_s or 60.0)
             except (AssertionError, TypeError, ValueError) as exc:  # TextArena's own checks of its arguments
@@ -654,11 +655,12 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
                     f"{sys.version_info.major}.{sys.version_info.minor}: {exc}"
                 ) from None
             base, python_state, numpy_state = pickle.loads(generated.payload)
+            opponent_player = make_opponent(opponent, base, game_id) if opponent is not None else None
+            self._game = None  # no half-started episode: a failure from here on leaves NOT_RESET behind
             self._random.restore(python_state, numpy_state, numpy=draws_from_numpy(base.__class__))
             game = self._game_for(game_id, base)
             if type(self).guard_rotation:
                 guard_rotation(base)
-            opponent_player = make_opponent(opponent, base, game_id) if opponent is not None else None
             self._game = game
             self._opponent = opponent_player
             self._opponent_rng = random.Random(seed)

@@ -156,6 +156,33 @@ async def test_bad_reset_options_get_errors_that_say_what_to_change(base_url: st
         assert ok["type"] == "observation"
 
 
+async def test_a_reset_the_game_refuses_leaves_the_running_episode_as_it_was(base_url: str) -> None:
+    """A reset the game itself refused (TicTacToe with one player, checked as the pool generates
+    it; an opponent for a game without one) threw the running episode away, though refusals of
+    the options checked before generation kept it: the state still showed the old episode
+    running, and its next step got EXECUTION_ERROR "raised NotResetError", even on a session
+    that asked for precise codes."""
+    async with websockets.connect(ws_url(base_url)) as ws:
+        s = Session(ws)
+        assert (await s.call({"type": "session"}))["type"] == "session"  # precise error codes
+        assert (await s.reset(seed=1))["type"] == "observation"
+        assert (await s.step("[3]"))["type"] == "observation"
+        before = await s.state()
+        assert before["data"]["step_count"] == 1 and before["data"]["done"] is False
+        for refused in (
+            {"env_id": "TicTacToe-v0", "num_players": 1},
+            {"env_id": "QuantumTicTacToe-v0", "num_players": 1, "opponent": "random"},
+        ):
+            reply = await s.reset(**refused)
+            assert reply["data"]["code"] == "VALIDATION_ERROR", reply
+            assert await s.state() == before
+        going_on = await s.step("[4]")
+        assert going_on["type"] == "observation", going_on
+        after = await s.state()
+        assert after["data"]["episode_id"] == before["data"]["episode_id"]
+        assert after["data"]["step_count"] == 2
+
+
 async def test_compact_form_sends_only_new_messages_and_cumulative_the_transcript(base_url: str) -> None:
     async with websockets.connect(ws_url(base_url)) as a, websockets.connect(ws_url(base_url)) as b:
         compact, cumulative = Session(a), Session(b)
