@@ -718,6 +718,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
                 return play()
         except GameRunaway:
             self._game = None  # stopped mid-step: nothing of this episode can be trusted
+            self._state.done = True  # the state says so too
             raise GameStepStopped(self._state.env_id, limit_s) from None
 
     def _play(self, message: str) -> TextArenaObservation:

@@ -12,10 +12,18 @@ import pytest
 import websockets
 from openenv.core.generic_client import GenericEnvClient
 
+from envsdk.server import create_app
 from envsdk.testing import running_server
 from servers.textarena import TextArenaOptionError, create_textarena_app
+from servers.textarena.environment import TextArenaEnvironment
+from servers.textarena.models import (
+    TextArenaAction,
+    TextArenaObservation,
+    TextArenaState,
+)
 from servers.textarena.pool import GamePool
 from servers.textarena.start_textarena_server import main as cli_main
+from tests.servers.test_game_limits import LOOPING_MOVES
 from tests.servers.textarena_games import MAX_STEPS, OFFLINE_GAMES, random_moves
 
 pytestmark = pytest.mark.timeout(120)
@@ -181,6 +189,36 @@ async def test_a_reset_the_game_refuses_leaves_the_running_episode_as_it_was(bas
         after = await s.state()
         assert after["data"]["episode_id"] == before["data"]["episode_id"]
         assert after["data"]["step_count"] == 2
+
+
+class _UnguardedRotation(TextArenaEnvironment):
+    """TextArena's free-for-all rotation as it ships: the last of `LOOPING_MOVES` never returns."""
+
+    guard_rotation = False
+
+
+async def test_the_state_after_a_stopped_step_says_the_episode_is_over(pool: GamePool) -> None:
+    """Once a looping step was stopped (TIMEOUT: "the episode is over"), the state went on
+    showing the episode running (done false), so a client polling the state could not tell it
+    had to reset."""
+    app = create_app(
+        lambda: _UnguardedRotation("MarketEntryGame-v0", num_players=2, game_pool=pool),
+        TextArenaAction, TextArenaObservation, state_type=TextArenaState,
+    )
+    with running_server(app) as url:
+        async with websockets.connect(ws_url(url)) as ws:
+            s = Session(ws)
+            assert (await s.call({"type": "session"}))["type"] == "session"  # precise error codes
+            assert (await s.reset(seed=1))["type"] == "observation"
+            for move in LOOPING_MOVES[:-1]:
+                assert (await s.step(move))["type"] == "observation"
+            stopped = await s.step(LOOPING_MOVES[-1])
+            assert stopped["data"]["code"] == "TIMEOUT", stopped
+            state = await s.state()
+            assert state["data"]["done"] is True, state
+            after = await s.step("[0]")
+            assert after["type"] == "error" and "reset" in after["data"]["message"], after
+            assert (await s.reset(seed=2))["type"] == "observation"
 
 
 async def test_compact_form_sends_only_new_messages_and_cumulative_the_transcript(base_url: str) -> None:
