@@ -15,6 +15,7 @@ from envsdk.server.config import (
     access_options,
     add_access_arguments,
     add_log_level_argument,
+    config_error,
     non_negative_int,
     port_number,
     positive_int,
@@ -61,11 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--warm {args.warm} is more than --max-concurrent-envs {args.max_concurrent_envs}: a session "
             "holds one sandbox, so sandboxes started past that many are never needed at once"
         )
+    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    # The server options ENVSDK_* variables set, checked before any sandbox starts.
+    refused = config_error(**options)
+    if refused is not None:
+        parser.error(refused)
     from servers.coding.app import create_coding_app
 
     # A SIGTERM from here on closes the warm sandboxes too (`finally`), once they have started.
     sigterm = SigtermDuringStartUp.install()
-    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
     app = create_coding_app(provider=args.sandbox, warm=args.warm, **options)
     try:
         return sigterm.serve(app, args)

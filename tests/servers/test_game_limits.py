@@ -430,7 +430,7 @@ def test_a_warm_sandbox_count_outside_zero_to_the_session_bound_is_a_usage_error
     assert all(n in line for n in needles), line
 
 
-@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena"])
+@pytest.mark.parametrize("module", ["servers.sudoku", "servers.textarena", "servers.coding"])
 @pytest.mark.parametrize(("variable", "value"), [
     ("ENVSDK_WEB", "maybe"),
     ("ENVSDK_MAX_BODY_BYTES", "lots"),
