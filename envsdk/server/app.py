@@ -415,11 +415,11 @@ async def _stateless(table: SessionTable, what: str, data: dict[str, Any]) -> An
     try:
         return await table.stateless(what, data)
     except FrameError as exc:
-        if what == "step" and exc.code is ErrorCode.EXECUTION_ERROR:
+        if what == "step" and exc.code in (ErrorCode.EXECUTION_ERROR, ErrorCode.NOT_RESET, ErrorCode.EPISODE_DONE):
             # Almost always an env that needs a reset first: say what HTTP /step is, beside the
             # env's own exception (same code and status as OpenEnv's).
             exc = FrameError(
-                exc.code,
+                ErrorCode.EXECUTION_ERROR,
                 f"{exc.message} -- HTTP /step is stateless, as in OpenEnv: it runs one action on a fresh"
                 " environment that was never reset, so an earlier POST /reset does not carry over; play"
                 " episodes over the /ws WebSocket (EnvClient, or any OpenEnv client)",

@@ -73,6 +73,7 @@ from typing import Any, Callable, Protocol
 from pydantic import BaseModel
 
 from envsdk.env import Environment, overrides_async
+from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.protocol import (
     ErrorCode,
     FrameError,
@@ -535,6 +536,8 @@ class SessionTable:
 
 #: Codes an env may answer with by raising `FrameError` from its code (any other is EXECUTION_ERROR).
 _ENV_JUDGED = frozenset({ErrorCode.VALIDATION_ERROR, ErrorCode.CAPACITY_REACHED, ErrorCode.TIMEOUT})
+#: Codes of an env's own `NotResetError` / `EpisodeDoneError` the server answers with as they are.
+_EPISODE_NOT_RUNNING = frozenset({ErrorCode.NOT_RESET.value, ErrorCode.EPISODE_DONE.value})
 
 
 def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
@@ -544,6 +547,11 @@ def _execution_error(owner: Any, kind: str, exc: BaseException) -> FrameError:
         # its deadline): the client gets that code, not the server's EXECUTION_ERROR.
         logger.info("%s.%s refused: %s %.256s", name, kind, exc.code.value, exc.message)
         return exc
+    if isinstance(exc, (NotResetError, EpisodeDoneError)) and exc.code in _EPISODE_NOT_RUNNING:
+        # The env says no episode is running (a game stopped mid-step, a step after its end):
+        # the code the server itself answers with for that, not an EXECUTION_ERROR that reads
+        # like a bug in the env (a plain OpenEnv peer still gets EXECUTION_ERROR, as ever).
+        return FrameError(ErrorCode(exc.code), f"{name}.{kind}: {shorten_input(exc.message)}")
     cause = exc.cause if isinstance(exc, EnvAborted) else exc
     text = str(cause)
     # The env's own words, bounded: an exception may carry client input of any size.

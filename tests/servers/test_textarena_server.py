@@ -218,6 +218,9 @@ async def test_the_state_after_a_stopped_step_says_the_episode_is_over(pool: Gam
             assert state["data"]["done"] is True, state
             after = await s.step("[0]")
             assert after["type"] == "error" and "reset" in after["data"]["message"], after
+            # The session asked for precise codes: the env's "reset first" is NOT_RESET, as the
+            # server's own is, not an EXECUTION_ERROR that reads like a bug in the game.
+            assert after["data"]["code"] == "NOT_RESET", after
             assert (await s.reset(seed=2))["type"] == "observation"
 
 
