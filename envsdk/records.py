@@ -459,9 +459,12 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     """Replace `path` with `text` (a string, or pieces written one after another) so that a
     reader sees the old file or the new one, never part of one: the text goes to a synced
     temporary file beside it, which is renamed over it. A symbolic link is written through:
-    the file it points at is replaced, and the link stays."""
+    the file it points at is replaced, and the link stays; but a link to what is not a regular
+    file (``/dev/null``, a pipe, a folder) is itself replaced, and what it leads to left alone."""
     if path.is_symlink():
-        path = Path(os.path.realpath(path))
+        real = Path(os.path.realpath(path))
+        if real.is_file() or not os.path.lexists(real):
+            path = real
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.
