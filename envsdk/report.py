@@ -48,7 +48,6 @@ from envsdk.evaluate import (
     EvalError,
     EvalSummary,
     planned_run,
-    read_records,
     summarize_groups,
 )
 from envsdk.records import (
@@ -59,6 +58,7 @@ from envsdk.records import (
     quantile,
     read_jsonl,
     success_text,
+    summary_facts,
 )
 
 __all__ = [
@@ -138,7 +138,18 @@ def load_episodes(path: str | Path) -> list[Episode]:
     Raises `ReportError` naming the file and line for a missing file, bad JSON, a record that
     is not a trajectory, or a file with no records.
     """
-    episodes = [_episode(record, where) for where, record in read_jsonl(path, ReportError)]
+    return _load(path)
+
+
+def _load(path: str | Path, facts: list[dict[str, Any]] | None = None) -> list[Episode]:
+    """`load_episodes`, one record at a time: with `facts`, the fields of each record that its
+    groups' pass@k reads (`envsdk.records.summary_facts`) are added to it, so that one pass over
+    the file gives both and no record is held whole."""
+    episodes: list[Episode] = []
+    for where, record in read_jsonl(path, ReportError):
+        episodes.append(_episode(record, where))
+        if facts is not None:
+            facts.append(summary_facts(record))
     if not episodes:
         raise ReportError(f"{path}: no records")
     return episodes
@@ -468,9 +479,10 @@ def _writing(folder: Path) -> Iterator[None]:
 def _read(source: Path) -> tuple[list[Episode], EvalSummary]:
     """The episodes of `source` and its groups' pass@k: everything a report needs from the file,
     read before any folder is made, so that unusable input is refused with nothing written."""
-    episodes = load_episodes(source)
+    facts: list[dict[str, Any]] = []
+    episodes = _load(source, facts)
     try:
-        groups = summarize_groups((record for _, record in read_records(source)), planned_run(source))
+        groups = summarize_groups(facts, planned_run(source))
     except EvalError as exc:
         raise ReportError(str(exc)) from None
     return episodes, groups
