@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import ENVSDK, envsdk
+from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk
 from tests.eval.conftest import grow_to_64_mb, peak_rss_kb
 
 pytestmark = pytest.mark.timeout(240)
@@ -30,3 +30,19 @@ def test_report_does_not_hold_every_record_of_a_large_file(tmp_path: Path) -> No
     assert (tmp_path / "large_report" / "report.html").is_file()
     small = peak_rss_kb([str(ENVSDK), "report", "small.jsonl"], tmp_path)
     assert large - small < 24_000, f"reporting on a 64 MB file took {(large - small) / 1000:.0f} MB more"
+
+
+def test_a_run_file_nested_too_deep_beside_the_records_is_no_traceback(tmp_path: Path) -> None:
+    """TOML arrays nested deeper than the parser goes, in the run file beside the records: report
+    and resume ended in a RecursionError's traceback. The report reads the records without what
+    the run planned; a resume, which needs the run file, is refused in one line."""
+    records = _sudoku_records(tmp_path, "c.jsonl")
+    (tmp_path / "c.run.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    report = envsdk("report", "c.jsonl", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "Traceback" not in report.stderr and "cut short" not in report.stderr
+    before = records.read_bytes()
+    resumed = envsdk("rollout", "--resume", "--out", "c.jsonl", cwd=tmp_path)
+    assert resumed.returncode == 2
+    assert_one_line_error(resumed, "c.run.toml", "nested too deep")
+    assert records.read_bytes() == before
