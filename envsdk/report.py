@@ -251,9 +251,18 @@ def episodes_figure(episodes: list[Episode]) -> Any:
     status_ax.set_title(f"how episodes ended — success rate {_success(episodes)}", fontsize=10)
     status_ax.set_ylabel("episodes")
     turns = [e.turns for e in episodes]
-    edges = [t - 0.5 for t in range(min(turns), max(turns) + 2)]
-    turns_ax.hist(turns, bins=edges if len(edges) <= 61 else _bins(turns), color="#d98b2b", edgecolor="white")
-    turns_ax.set_title(f"turns per episode — mean {sum(turns) / len(turns):.2f}", fontsize=10)
+    fewest, most = min(turns), max(turns)
+    # One bin per whole number of turns while there are few; else bins over the range (the
+    # numbers between one record of 2 turns and one of 10^8 are never listed), as floats: a count
+    # past 2^63 is no integer numpy plots.
+    note = ""
+    if most - fewest < 60:
+        turns_ax.hist(turns, bins=[t - 0.5 for t in range(fewest, most + 2)], color="#d98b2b", edgecolor="white")
+    else:
+        unit, note = _unit(turns)
+        values = [t / unit for t in turns]
+        turns_ax.hist(values, bins=_bins(values), color="#d98b2b", edgecolor="white")
+    turns_ax.set_title(f"turns per episode{note} — mean {number_text(_mean(turns), 2)}", fontsize=10)
     turns_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     turns_ax.set_xlabel("turns")
     turns_ax.set_ylabel("episodes")

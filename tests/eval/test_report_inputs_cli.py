@@ -3,6 +3,7 @@ they should take, outliers, run files beside the records that are not what they 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -46,3 +47,24 @@ def test_a_run_file_nested_too_deep_beside_the_records_is_no_traceback(tmp_path:
     assert resumed.returncode == 2
     assert_one_line_error(resumed, "c.run.toml", "nested too deep")
     assert records.read_bytes() == before
+
+
+def test_one_record_of_very_many_turns_takes_no_more_memory(tmp_path: Path) -> None:
+    """The turns plot had one bin per whole number of turns from the fewest to the most, listed
+    before it chose: one record of 10⁸ turns took 4 GB and 16 s, 10¹⁰ more than the machine has;
+    one of 1.7e308 turns, a traceback."""
+    _sudoku_records(tmp_path)
+    lines = (tmp_path / "small.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    outlier = json.loads(lines[0])
+    outlier["turns"] = 10**7
+    (tmp_path / "outlier.jsonl").write_text(json.dumps(outlier) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    large = peak_rss_kb([str(ENVSDK), "report", "outlier.jsonl"], tmp_path)
+    assert (tmp_path / "outlier_report" / "episodes.png").is_file()
+    small = peak_rss_kb([str(ENVSDK), "report", "small.jsonl"], tmp_path)
+    assert large - small < 24_000, f"a record of 10^7 turns took {(large - small) / 1000:.0f} MB more"
+    # A count past any integer numpy holds was a TypeError's traceback.
+    outlier["turns"] = 1.7e308
+    (tmp_path / "huge.jsonl").write_text(json.dumps(outlier) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    report = envsdk("report", "huge.jsonl", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "huge_report" / "episodes.png").is_file()
