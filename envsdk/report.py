@@ -6,7 +6,8 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
 
 * ``total_reward.png`` — the distribution of the episodes' total reward;
 * ``components.png`` — the distribution of each reward component's episode value (the record's
-  ``reward_components``; Sudoku: its five parts);
+  ``reward_components``; Sudoku: its five parts), the first 24 by name where there are more (the
+  page's table lists every one);
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
   a success rate is over the episodes whose record states ``success`` (null: nobody stated it),
   "n/a" when none does, as in the rollout summary;
@@ -223,6 +224,11 @@ def _plot_total(episodes: list[Episode], out: Path) -> None:
     fig.savefig(out)
 
 
+#: The most components plotted, the first by name: one figure of thousands of histograms takes
+#: minutes and gigabytes to lay out. The page's table lists every one.
+_PLOTTED_COMPONENTS = 24
+
+
 def _component_names(episodes: list[Episode]) -> list[str]:
     return sorted({name for e in episodes for name in e.components})
 
@@ -366,9 +372,12 @@ def _html(
         f"<td>{number_text(quantile(v, 0.9))}</td><td>{number_text(min(v))}</td><td>{number_text(max(v))}</td><td>{len(v)}</td></tr>"
         for name, v in rows
     )
+    plotted = "" if len(names) <= _PLOTTED_COMPONENTS else (
+        f": the first {_PLOTTED_COMPONENTS} by name of {len(names)} components (the table lists them all)"
+    )
     captions = {
         "total_reward": "Total reward per episode",
-        "components": "Reward components per episode",
+        "components": f"Reward components per episode{plotted}",
         "episodes": "How episodes ended; turns per episode",
         "training": "Curves over training steps",
     }
@@ -511,12 +520,12 @@ def _write(source: Path, read: tuple[list[Episode], EvalSummary], folder: Path, 
         _plot_total(episodes, made.file(plots["total_reward"]))
         if names:
             plots["components"] = folder / "components.png"
-            _plot_components(episodes, names, made.file(plots["components"]))
+            _plot_components(episodes, names[:_PLOTTED_COMPONENTS], made.file(plots["components"]))
         plots["episodes"] = folder / "episodes.png"
         episodes_figure(episodes).savefig(made.file(plots["episodes"]))
         if any(e.training_step is not None for e in episodes):
             plots["training"] = folder / "training.png"
-            _plot_training(episodes, names, made.file(plots["training"]))
+            _plot_training(episodes, names[:_PLOTTED_COMPONENTS], made.file(plots["training"]))
         page = made.file(folder / "report.html")
         page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")
     return Report(html=page, plots=plots, groups=groups)
