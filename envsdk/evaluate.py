@@ -912,6 +912,8 @@ def finish_run(out: str | Path | None, written: RecordsWritten | None = None) ->
 
 
 Score = Callable[[dict[str, Any]], Any]
+# The most characters of a failed score's message shown (on one line).
+_SCORE_ERROR_CHARS = 300
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -990,8 +992,14 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
             result = score(copy.deepcopy(record))
     except (Exception, SystemExit) as exc:  # the user's function: any failure is reported, in one line
         name = getattr(score, "__qualname__", repr(score))
-        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
-        raise ScoreFailedError(f"the score {name} {what} on record {record.get('uuid')}") from exc
+        if isinstance(exc, SystemExit):
+            what = f"called sys.exit({exc.code!r})"
+        else:
+            # One line, and a bounded one: a score that runs tests may raise with all their output.
+            text = " ".join(str(exc).split())
+            text = text if len(text) <= _SCORE_ERROR_CHARS else f"{text[:_SCORE_ERROR_CHARS]}… ({len(text)} characters)"
+            what = f"raised {type(exc).__name__}: {text}"
+        raise ScoreFailedError(f"the score {name} on record {record.get('uuid')} {what}") from exc
     try:
         reward, success = _reward_of(record, result)
     except OverflowError:  # an int beyond any float

@@ -170,6 +170,21 @@ def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "third.py"]
 
 
+def test_a_score_that_raises_a_long_message_of_many_lines_is_named_in_one_bounded_line(tmp_path: Path) -> None:
+    """A score that runs a test set raises with the tests' output: its message went to stderr
+    whole, over many lines (100 KB here), the record it failed on said only after all of it."""
+    (tmp_path / "tests_fail.py").write_text(
+        "def score(record):\n    raise AssertionError('test_add failed:\\n  expected 3\\n  got 4\\n' + 'x' * 100_000)\n",
+        encoding="utf-8",
+    )
+    _plain_records(tmp_path / "c.jsonl", 2)
+    result = envsdk("rescore", "c.jsonl", "--score", "tests_fail.py:score", cwd=tmp_path)
+    assert result.returncode == 1
+    assert_one_line_error(result, "AssertionError", "on record u0", "test_add failed: expected 3 got 4")
+    assert len(result.stderr) < 1_000, f"{len(result.stderr)} characters on stderr"
+    assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
 def _plain_records(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
                                         "success": False, "reward_components": {}}) + "\n" for n in range(count)),
