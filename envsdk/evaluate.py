@@ -1104,8 +1104,10 @@ def rescore_command(args: argparse.Namespace) -> int:
     from envsdk.registry import PluginLoadError, import_spec
 
     source = Path(args.completions)
-    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.rescored.jsonl")
     try:
+        if not source.is_file():  # said first: a folder such as "." or "/" has no name to make --out of
+            raise EvalError(f"{source}: {'not a file' if source.exists() else 'no such file'}")
+        target = Path(args.out) if args.out else source.with_name(f"{source.stem}.rescored.jsonl")
         if target.resolve() == source.resolve():
             raise EvalError(f"--out {target} is the input file; write the re-scored records elsewhere")
         score: Score = weighted_score(args.weights) if args.weights is not None else import_spec(args.score)

@@ -185,6 +185,16 @@ def test_a_score_that_raises_a_long_message_of_many_lines_is_named_in_one_bounde
     assert not (tmp_path / "c.rescored.jsonl").exists()
 
 
+@pytest.mark.parametrize("given", ["", ".", "/"])
+def test_a_folder_of_no_name_given_as_the_records_is_named_not_a_traceback(tmp_path: Path, given: str) -> None:
+    """The default --out is made from the records file's name: "." (what "" is) and "/" have
+    none, and the command ended in pathlib's ValueError traceback."""
+    result = envsdk("rescore", given, "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "not a file")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _plain_records(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
                                         "success": False, "reward_components": {}}) + "\n" for n in range(count)),
