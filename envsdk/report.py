@@ -642,8 +642,8 @@ def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
     Returns `out`. Raises `ReportError` for unreadable input (see `load_episodes`) or an `out`
     that cannot be written."""
     files = [Path(p) for p in paths]
+    loaded = [load_episodes(p) for p in files]  # read first: only files are labelled
     labels = _labels(files)
-    loaded = [load_episodes(p) for p in files]
     with _taken_back_on_failure() as made:
         return _write_comparison(list(zip(labels, loaded, strict=True)), Path(out), made)
 
@@ -714,8 +714,8 @@ def _report_files(files: Sequence[Path], out_dir: Path | None) -> tuple[list[Rep
     back the folders it made: a refusal leaves no half of a report behind."""
     if len(files) == 1:
         return [write_report(files[0], out_dir)], None
+    reads = [_read(f) for f in files]  # read first: only files are labelled
     labels = _labels(files)
-    reads = [_read(f) for f in files]
     folders = [out_dir / label if out_dir else _default_folder(f) for f, label in zip(files, labels, strict=True)]
     owners: dict[Path, Path] = {}
     for file, folder in zip(files, folders, strict=True):

@@ -88,3 +88,14 @@ def test_records_of_thousands_of_reward_components_are_reported_in_bounded_time(
     assert "<td>test_1999</td>" in page  # the table lists every component
     assert "of 2005 components" in page  # and the page says the plot shows fewer
     assert (tmp_path / "many_report" / "components.png").is_file()
+
+
+@pytest.mark.parametrize("given", ["/", "."])
+def test_a_folder_given_beside_records_to_compare_is_named_not_a_traceback(tmp_path: Path, given: str) -> None:
+    """Files to compare were labelled before they were read: "/" (whose path from the files'
+    common folder has no name) ended in pathlib's ValueError traceback."""
+    _sudoku_records(tmp_path)
+    result = envsdk("report", "small.jsonl", given, cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "not a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.eval.json", "small.jsonl", "small.run.toml"]
