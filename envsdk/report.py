@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import html
 import math
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,7 +43,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from envsdk._process import print_out
+from envsdk._process import print_err, print_out
 from envsdk.evaluate import (
     EvalError,
     EvalSummary,
@@ -684,22 +683,21 @@ def report_command(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401  (only to fail early with the install hint)
     except ImportError:
-        print(
+        print_err(
             "envsdk report: error: matplotlib is not installed (envsdk's [report] extra): run "
-            "pip install -e '.[report]' in the envsdk clone, or pip install matplotlib",
-            file=sys.stderr,
+            "pip install -e '.[report]' in the envsdk clone, or pip install matplotlib"
         )
         return 1
     files = [Path(p) for p in args.completions]
     try:
         reports, compare = _report_files(files, Path(args.out_dir) if args.out_dir is not None else None)
     except ReportError as exc:
-        print(f"envsdk report: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk report: error: {exc}")
         return 2
     for report in reports:
         if report.groups is not None:
             # On stderr: stdout lists only the files written, one a line, for scripts.
-            print(f"{report.html.parent}:\n{report.groups.render()}\n", file=sys.stderr)
+            print_err(f"{report.html.parent}:\n{report.groups.render()}\n")
         for path in report.plots.values():
             print_out(str(path))
         print_out(str(report.html))

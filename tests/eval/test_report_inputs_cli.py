@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk
+from tests.cli.conftest import ENVSDK, assert_one_line_error, envsdk, user_env
 from tests.eval.conftest import grow_to_64_mb, peak_rss_kb
 
 pytestmark = pytest.mark.timeout(240)
@@ -99,3 +100,18 @@ def test_a_folder_given_beside_records_to_compare_is_named_not_a_traceback(tmp_p
     assert result.returncode == 2
     assert_one_line_error(result, "not a file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.eval.json", "small.jsonl", "small.run.toml"]
+
+
+@pytest.mark.parametrize("stderr", ["2>/dev/full", "2>&-"])
+def test_a_report_whose_stderr_cannot_be_written_still_lists_its_files(tmp_path: Path, stderr: str) -> None:
+    """The pass@k table goes to stderr: one that could not take it (a full disk) raised out of
+    the command after the report was written, which then exited 1 without listing its files on
+    stdout; a closed one got the table on stdout, among the files a script reads there."""
+    _sudoku_records(tmp_path)
+    done = subprocess.run(["bash", "-c", f'exec "$@" {stderr}', "bash", str(ENVSDK), "report", "small.jsonl"],
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0
+    folder = Path("small_report")
+    assert done.stdout.split() == [str(folder / name) for name in
+                                   ("total_reward.png", "components.png", "episodes.png", "report.html")]
+    assert (tmp_path / folder / "report.html").is_file()
