@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
-from envsdk._process import print_out, sigterm_interrupts
+from envsdk._process import print_err, print_out, sigterm_interrupts
 from envsdk.env import RolloutRequest
 from envsdk.records import (
     LockFileError,
@@ -1119,7 +1119,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         size = source.stat().st_size if source.is_file() else None
         _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)), source)
     except (EvalError, PluginLoadError, ImportError) as exc:
-        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: {exc}")
         return 2
     facts: list[dict[str, Any]] = []
 
@@ -1141,14 +1141,14 @@ def rescore_command(args: argparse.Namespace) -> int:
                 )
             write_atomically(target, rescored())  # on a failed score, `target` is left as it was
     except EvalError as exc:  # a score that raised (1), or one that gave no number (2)
-        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: {exc}")
         return 1 if isinstance(exc, ScoreFailedError) else 2
     except (RecordsBusy, LockFileError) as exc:
-        print(f"envsdk rescore: error: --out {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: --out {exc}")
         return 2
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}")
         return 2
     print_out(summarize_groups(facts).render())
     print_out(f"\nre-scored records written to {target}")

@@ -195,6 +195,16 @@ def test_a_folder_of_no_name_given_as_the_records_is_named_not_a_traceback(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("stderr", ["2>/dev/full", "2>&-"])
+def test_a_refusal_whose_stderr_cannot_be_written_keeps_its_status_and_stdout(tmp_path: Path, stderr: str) -> None:
+    """The error line went to a stderr that could not take it (a full disk): the write raised
+    out of the command, exit 1 and not the refusal's 2; a closed one got it on stdout."""
+    done = subprocess.run(["bash", "-c", f'exec "$@" {stderr}', "bash", str(ENVSDK), "rescore", "missing.jsonl",
+                           "--weights", "a=1"], cwd=tmp_path, env=user_env(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+
+
 def _plain_records(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
                                         "success": False, "reward_components": {}}) + "\n" for n in range(count)),
