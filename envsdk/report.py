@@ -53,6 +53,7 @@ from envsdk.evaluate import (
 from envsdk.records import (
     RecordError,
     check_record,
+    finite_number,
     mean_and_std,
     number_text,
     quantile,
@@ -94,12 +95,6 @@ class Episode:
     training_step: float | None = None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _episode(record: Any, where: str) -> Episode:
     try:
         checked = check_record(record, where)
@@ -107,15 +102,15 @@ def _episode(record: Any, where: str) -> Episode:
         raise ReportError(str(exc)) from None
     components: dict[str, float] = {}
     for name, component in checked["reward_components"].items():
-        number = _number(component.get("value"))
+        number = finite_number(component.get("value"))
         if number is not None:
             components[str(name)] = number
     given = checked.get("infos")
     infos: dict[str, Any] = given if isinstance(given, dict) else {}
     step = next(
-        (s for s in (_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
+        (s for s in (finite_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
     )
-    turns = _number(checked.get("turns"))
+    turns = finite_number(checked.get("turns"))
     return Episode(
         total_reward=float(checked["total_reward"]),
         success=success if isinstance(success := checked.get("success"), bool) else None,

@@ -115,3 +115,22 @@ def test_a_report_whose_stderr_cannot_be_written_still_lists_its_files(tmp_path:
     assert done.stdout.split() == [str(folder / name) for name in
                                    ("total_reward.png", "components.png", "episodes.png", "report.html")]
     assert (tmp_path / folder / "report.html").is_file()
+
+
+@pytest.mark.parametrize("field", ["turns", "global_step", "component"])
+def test_an_integer_no_float_holds_in_a_field_the_plots_read_is_no_traceback(tmp_path: Path, field: str) -> None:
+    """A 401-digit integer where the report reads a number for its plots (turns, a training step,
+    a component's value) raised OverflowError out of the command: a traceback. It is read as no
+    number there, as a total reward of the same is refused as no number."""
+    _sudoku_records(tmp_path)
+    lines = (tmp_path / "small.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    record = json.loads(lines[0])
+    huge = 10**400
+    if field == "component":
+        record["reward_components"]["correct"]["value"] = huge
+    else:
+        record[field] = huge
+    (tmp_path / "huge.jsonl").write_text(json.dumps(record) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    report = envsdk("report", "huge.jsonl", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "huge_report" / "report.html").is_file()
