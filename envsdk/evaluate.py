@@ -935,6 +935,15 @@ def _parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def _as_float(value: float) -> float:
+    """`value` as a float; an int beyond any float is the infinity of its sign (then refused as
+    a score that is not a finite number, as a NaN or infinite value is)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def weighted_score(weights: Mapping[str, float]) -> Score:
     """A score: the weighted sum of a record's reward components (a component the record does not
     have counts 0). It is a reward only: each record's success stays what the record stated."""
@@ -944,7 +953,7 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
         total = 0.0
         for name, weight in weights.items():
             value = parts.get(name, {}).get("value") if isinstance(parts.get(name), dict) else None
-            total += weight * (float(value) if isinstance(value, (int, float)) else 0.0)
+            total += weight * (_as_float(value) if isinstance(value, (int, float)) else 0.0)
         return total
 
     return score

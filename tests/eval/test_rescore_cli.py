@@ -205,6 +205,20 @@ def test_a_refusal_whose_stderr_cannot_be_written_keeps_its_status_and_stdout(tm
     assert (done.returncode, done.stdout) == (2, "")
 
 
+def test_a_component_of_more_digits_than_a_float_holds_is_refused_as_no_finite_number(tmp_path: Path) -> None:
+    """--weights over a 401-digit component value was reported as a failure of the score
+    "weighted_score.<locals>.score" (OverflowError), exit 1, where a NaN or infinite one is
+    refused as not a finite number, exit 2."""
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
+            "reward_components": {"correct": {"value": 10**400, "steps": []}}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "record u", "not a finite number")
+    assert "<locals>" not in result.stderr
+    assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
 def _plain_records(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
                                         "success": False, "reward_components": {}}) + "\n" for n in range(count)),
