@@ -49,6 +49,17 @@ def print_out(text: str) -> None:
         cannot_write(exc)
 
 
+def print_err(text: str) -> None:
+    """``print(text, file=sys.stderr)`` where a standard error that cannot be written (full,
+    ``2>/dev/full``; closed, ``2>&-``) costs nothing: the text is dropped, and the command goes on
+    to its end and its own status. Never onto stdout, where ``print(file=None)`` puts it when
+    stderr is closed."""
+    if sys.stderr is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
 def flush_out() -> None:
     """Flush standard output before the command returns its status (at exit a failed write can
     no longer be handled); one that cannot be written is let go as in `print_out`."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
-from envsdk._process import print_out, sigterm_interrupts
+from envsdk._process import print_err, print_out, sigterm_interrupts
 from envsdk.env import RolloutRequest
 from envsdk.records import (
     LockFileError,
@@ -912,6 +912,8 @@ def finish_run(out: str | Path | None, written: RecordsWritten | None = None) ->
 
 
 Score = Callable[[dict[str, Any]], Any]
+# The most characters of a failed score's message shown (on one line).
+_SCORE_ERROR_CHARS = 300
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -933,6 +935,15 @@ def _parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def _as_float(value: float) -> float:
+    """`value` as a float; an int beyond any float is the infinity of its sign (then refused as
+    a score that is not a finite number, as a NaN or infinite value is)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def weighted_score(weights: Mapping[str, float]) -> Score:
     """A score: the weighted sum of a record's reward components (a component the record does not
     have counts 0). It is a reward only: each record's success stays what the record stated."""
@@ -942,7 +953,7 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
         total = 0.0
         for name, weight in weights.items():
             value = parts.get(name, {}).get("value") if isinstance(parts.get(name), dict) else None
-            total += weight * (float(value) if isinstance(value, (int, float)) else 0.0)
+            total += weight * (_as_float(value) if isinstance(value, (int, float)) else 0.0)
         return total
 
     return score
@@ -990,8 +1001,14 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
             result = score(copy.deepcopy(record))
     except (Exception, SystemExit) as exc:  # the user's function: any failure is reported, in one line
         name = getattr(score, "__qualname__", repr(score))
-        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
-        raise ScoreFailedError(f"the score {name} {what} on record {record.get('uuid')}") from exc
+        if isinstance(exc, SystemExit):
+            what = f"called sys.exit({exc.code!r})"
+        else:
+            # One line, and a bounded one: a score that runs tests may raise with all their output.
+            text = " ".join(str(exc).split())
+            text = text if len(text) <= _SCORE_ERROR_CHARS else f"{text[:_SCORE_ERROR_CHARS]}… ({len(text)} characters)"
+            what = f"raised {type(exc).__name__}: {text}"
+        raise ScoreFailedError(f"the score {name} on record {record.get('uuid')} {what}") from exc
     try:
         reward, success = _reward_of(record, result)
     except OverflowError:  # an int beyond any float
@@ -1096,8 +1113,10 @@ def rescore_command(args: argparse.Namespace) -> int:
     from envsdk.registry import PluginLoadError, import_spec
 
     source = Path(args.completions)
-    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.rescored.jsonl")
     try:
+        if not source.is_file():  # said first: a folder such as "." or "/" has no name to make --out of
+            raise EvalError(f"{source}: {'not a file' if source.exists() else 'no such file'}")
+        target = Path(args.out) if args.out else source.with_name(f"{source.stem}.rescored.jsonl")
         if target.resolve() == source.resolve():
             raise EvalError(f"--out {target} is the input file; write the re-scored records elsewhere")
         score: Score = weighted_score(args.weights) if args.weights is not None else import_spec(args.score)
@@ -1109,7 +1128,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         size = source.stat().st_size if source.is_file() else None
         _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)), source)
     except (EvalError, PluginLoadError, ImportError) as exc:
-        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: {exc}")
         return 2
     facts: list[dict[str, Any]] = []
 
@@ -1131,14 +1150,14 @@ def rescore_command(args: argparse.Namespace) -> int:
                 )
             write_atomically(target, rescored())  # on a failed score, `target` is left as it was
     except EvalError as exc:  # a score that raised (1), or one that gave no number (2)
-        print(f"envsdk rescore: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: {exc}")
         return 1 if isinstance(exc, ScoreFailedError) else 2
     except (RecordsBusy, LockFileError) as exc:
-        print(f"envsdk rescore: error: --out {exc}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: --out {exc}")
         return 2
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}", file=sys.stderr)
+        print_err(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}")
         return 2
     print_out(summarize_groups(facts).render())
     print_out(f"\nre-scored records written to {target}")

@@ -71,7 +71,7 @@ from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components",
-    "RecordError", "check_record", "quantile", "mean_and_std", "number_text", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
+    "RecordError", "check_record", "finite_number", "quantile", "mean_and_std", "number_text", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
     "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path",
 ]
 
@@ -186,7 +186,9 @@ class RecordError(ValueError):
     """A JSON object is not a ``envsdk.completions/1`` record."""
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a JSON number a float holds and is finite, else None (a
+    bool, a string, NaN, an infinity, an int of more digits than any float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -236,7 +238,7 @@ def episode_components(trajectory: Trajectory) -> dict[str, float]:
     declared = trajectory.rollout_infos.get(REWARD_PARTS)
     if not isinstance(declared, dict):
         return {}
-    return {str(k): v for k, v in ((k, _number(v)) for k, v in declared.items()) if v is not None}
+    return {str(k): v for k, v in ((k, finite_number(v)) for k, v in declared.items()) if v is not None}
 
 
 def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict[str, Any]:
@@ -250,7 +252,7 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         if not values or name in values:
             column = list(map(methodcaller("get", name), step_parts))
             # Finite floats throughout (the usual case) are kept as they are.
-            per_step[name] = column if all_finite_floats(column) else list(map(_number, column))
+            per_step[name] = column if all_finite_floats(column) else list(map(finite_number, column))
     components = {
         name: {"value": values.get(name), "steps": per_step.get(name, [])}
         for name in [*values, *(n for n in per_step if n not in values)]
@@ -306,7 +308,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
             f"{where}: schema is {json.dumps(schema)}, this envsdk reads {SCHEMA!r} (records written "
             "by `envsdk rollout --out`); re-run the rollout with this version"
         )
-    if _number(record.get("total_reward")) is None:
+    if finite_number(record.get("total_reward")) is None:
         raise RecordError(f"{where}: no numeric 'total_reward'")
     success = record.get("success")
     if success is not None and not isinstance(success, bool):
@@ -459,9 +461,12 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     """Replace `path` with `text` (a string, or pieces written one after another) so that a
     reader sees the old file or the new one, never part of one: the text goes to a synced
     temporary file beside it, which is renamed over it. A symbolic link is written through:
-    the file it points at is replaced, and the link stays."""
+    the file it points at is replaced, and the link stays; but a link to what is not a regular
+    file (``/dev/null``, a pipe, a folder) is itself replaced, and what it leads to left alone."""
     if path.is_symlink():
-        path = Path(os.path.realpath(path))
+        real = Path(os.path.realpath(path))
+        if real.is_file() or not os.path.lexists(real):
+            path = real
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         # The file keeps its permissions (a new one gets 0644), not mkstemp's 0600.

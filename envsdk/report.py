@@ -6,7 +6,8 @@ Reads ``envsdk.completions/1`` records (`envsdk.records`, one JSON object a line
 
 * ``total_reward.png`` — the distribution of the episodes' total reward;
 * ``components.png`` — the distribution of each reward component's episode value (the record's
-  ``reward_components``; Sudoku: its five parts);
+  ``reward_components``; Sudoku: its five parts), the first 24 by name where there are more (the
+  page's table lists every one);
 * ``episodes.png`` — how episodes ended (status counts, success rate) and turns per episode;
   a success rate is over the episodes whose record states ``success`` (null: nobody stated it),
   "n/a" when none does, as in the rollout summary;
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import html
 import math
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,22 +43,23 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from envsdk._process import print_out
+from envsdk._process import print_err, print_out
 from envsdk.evaluate import (
     EvalError,
     EvalSummary,
     planned_run,
-    read_records,
     summarize_groups,
 )
 from envsdk.records import (
     RecordError,
     check_record,
+    finite_number,
     mean_and_std,
     number_text,
     quantile,
     read_jsonl,
     success_text,
+    summary_facts,
 )
 
 __all__ = [
@@ -94,12 +95,6 @@ class Episode:
     training_step: float | None = None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _episode(record: Any, where: str) -> Episode:
     try:
         checked = check_record(record, where)
@@ -107,15 +102,15 @@ def _episode(record: Any, where: str) -> Episode:
         raise ReportError(str(exc)) from None
     components: dict[str, float] = {}
     for name, component in checked["reward_components"].items():
-        number = _number(component.get("value"))
+        number = finite_number(component.get("value"))
         if number is not None:
             components[str(name)] = number
     given = checked.get("infos")
     infos: dict[str, Any] = given if isinstance(given, dict) else {}
     step = next(
-        (s for s in (_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
+        (s for s in (finite_number(src.get(k)) for src in (checked, infos) for k in _STEP_KEYS) if s is not None), None
     )
-    turns = _number(checked.get("turns"))
+    turns = finite_number(checked.get("turns"))
     return Episode(
         total_reward=float(checked["total_reward"]),
         success=success if isinstance(success := checked.get("success"), bool) else None,
@@ -138,7 +133,18 @@ def load_episodes(path: str | Path) -> list[Episode]:
     Raises `ReportError` naming the file and line for a missing file, bad JSON, a record that
     is not a trajectory, or a file with no records.
     """
-    episodes = [_episode(record, where) for where, record in read_jsonl(path, ReportError)]
+    return _load(path)
+
+
+def _load(path: str | Path, facts: list[dict[str, Any]] | None = None) -> list[Episode]:
+    """`load_episodes`, one record at a time: with `facts`, the fields of each record that its
+    groups' pass@k reads (`envsdk.records.summary_facts`) are added to it, so that one pass over
+    the file gives both and no record is held whole."""
+    episodes: list[Episode] = []
+    for where, record in read_jsonl(path, ReportError):
+        episodes.append(_episode(record, where))
+        if facts is not None:
+            facts.append(summary_facts(record))
     if not episodes:
         raise ReportError(f"{path}: no records")
     return episodes
@@ -212,6 +218,11 @@ def _plot_total(episodes: list[Episode], out: Path) -> None:
     fig.savefig(out)
 
 
+#: The most components plotted, the first by name: one figure of thousands of histograms takes
+#: minutes and gigabytes to lay out. The page's table lists every one.
+_PLOTTED_COMPONENTS = 24
+
+
 def _component_names(episodes: list[Episode]) -> list[str]:
     return sorted({name for e in episodes for name in e.components})
 
@@ -240,9 +251,18 @@ def episodes_figure(episodes: list[Episode]) -> Any:
     status_ax.set_title(f"how episodes ended — success rate {_success(episodes)}", fontsize=10)
     status_ax.set_ylabel("episodes")
     turns = [e.turns for e in episodes]
-    edges = [t - 0.5 for t in range(min(turns), max(turns) + 2)]
-    turns_ax.hist(turns, bins=edges if len(edges) <= 61 else _bins(turns), color="#d98b2b", edgecolor="white")
-    turns_ax.set_title(f"turns per episode — mean {sum(turns) / len(turns):.2f}", fontsize=10)
+    fewest, most = min(turns), max(turns)
+    # One bin per whole number of turns while there are few; else bins over the range (the
+    # numbers between one record of 2 turns and one of 10^8 are never listed), as floats: a count
+    # past 2^63 is no integer numpy plots.
+    note = ""
+    if most - fewest < 60:
+        turns_ax.hist(turns, bins=[t - 0.5 for t in range(fewest, most + 2)], color="#d98b2b", edgecolor="white")
+    else:
+        unit, note = _unit(turns)
+        values = [t / unit for t in turns]
+        turns_ax.hist(values, bins=_bins(values), color="#d98b2b", edgecolor="white")
+    turns_ax.set_title(f"turns per episode{note} — mean {number_text(_mean(turns), 2)}", fontsize=10)
     turns_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     turns_ax.set_xlabel("turns")
     turns_ax.set_ylabel("episodes")
@@ -346,9 +366,12 @@ def _html(
         f"<td>{number_text(quantile(v, 0.9))}</td><td>{number_text(min(v))}</td><td>{number_text(max(v))}</td><td>{len(v)}</td></tr>"
         for name, v in rows
     )
+    plotted = "" if len(names) <= _PLOTTED_COMPONENTS else (
+        f": the first {_PLOTTED_COMPONENTS} by name of {len(names)} components (the table lists them all)"
+    )
     captions = {
         "total_reward": "Total reward per episode",
-        "components": "Reward components per episode",
+        "components": f"Reward components per episode{plotted}",
         "episodes": "How episodes ended; turns per episode",
         "training": "Curves over training steps",
     }
@@ -468,9 +491,10 @@ def _writing(folder: Path) -> Iterator[None]:
 def _read(source: Path) -> tuple[list[Episode], EvalSummary]:
     """The episodes of `source` and its groups' pass@k: everything a report needs from the file,
     read before any folder is made, so that unusable input is refused with nothing written."""
-    episodes = load_episodes(source)
+    facts: list[dict[str, Any]] = []
+    episodes = _load(source, facts)
     try:
-        groups = summarize_groups((record for _, record in read_records(source)), planned_run(source))
+        groups = summarize_groups(facts, planned_run(source))
     except EvalError as exc:
         raise ReportError(str(exc)) from None
     return episodes, groups
@@ -490,12 +514,12 @@ def _write(source: Path, read: tuple[list[Episode], EvalSummary], folder: Path, 
         _plot_total(episodes, made.file(plots["total_reward"]))
         if names:
             plots["components"] = folder / "components.png"
-            _plot_components(episodes, names, made.file(plots["components"]))
+            _plot_components(episodes, names[:_PLOTTED_COMPONENTS], made.file(plots["components"]))
         plots["episodes"] = folder / "episodes.png"
         episodes_figure(episodes).savefig(made.file(plots["episodes"]))
         if any(e.training_step is not None for e in episodes):
             plots["training"] = folder / "training.png"
-            _plot_training(episodes, names, made.file(plots["training"]))
+            _plot_training(episodes, names[:_PLOTTED_COMPONENTS], made.file(plots["training"]))
         page = made.file(folder / "report.html")
         page.write_text(_html(source, episodes, names, plots, groups), encoding="utf-8")
     return Report(html=page, plots=plots, groups=groups)
@@ -612,8 +636,8 @@ def write_comparison(paths: Sequence[str | Path], out: str | Path) -> Path:
     Returns `out`. Raises `ReportError` for unreadable input (see `load_episodes`) or an `out`
     that cannot be written."""
     files = [Path(p) for p in paths]
+    loaded = [load_episodes(p) for p in files]  # read first: only files are labelled
     labels = _labels(files)
-    loaded = [load_episodes(p) for p in files]
     with _taken_back_on_failure() as made:
         return _write_comparison(list(zip(labels, loaded, strict=True)), Path(out), made)
 
@@ -654,22 +678,21 @@ def report_command(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401  (only to fail early with the install hint)
     except ImportError:
-        print(
+        print_err(
             "envsdk report: error: matplotlib is not installed (envsdk's [report] extra): run "
-            "pip install -e '.[report]' in the envsdk clone, or pip install matplotlib",
-            file=sys.stderr,
+            "pip install -e '.[report]' in the envsdk clone, or pip install matplotlib"
         )
         return 1
     files = [Path(p) for p in args.completions]
     try:
         reports, compare = _report_files(files, Path(args.out_dir) if args.out_dir is not None else None)
     except ReportError as exc:
-        print(f"envsdk report: error: {exc}", file=sys.stderr)
+        print_err(f"envsdk report: error: {exc}")
         return 2
     for report in reports:
         if report.groups is not None:
             # On stderr: stdout lists only the files written, one a line, for scripts.
-            print(f"{report.html.parent}:\n{report.groups.render()}\n", file=sys.stderr)
+            print_err(f"{report.html.parent}:\n{report.groups.render()}\n")
         for path in report.plots.values():
             print_out(str(path))
         print_out(str(report.html))
@@ -684,8 +707,8 @@ def _report_files(files: Sequence[Path], out_dir: Path | None) -> tuple[list[Rep
     back the folders it made: a refusal leaves no half of a report behind."""
     if len(files) == 1:
         return [write_report(files[0], out_dir)], None
+    reads = [_read(f) for f in files]  # read first: only files are labelled
     labels = _labels(files)
-    reads = [_read(f) for f in files]
     folders = [out_dir / label if out_dir else _default_folder(f) for f, label in zip(files, labels, strict=True)]
     owners: dict[Path, Path] = {}
     for file, folder in zip(files, folders, strict=True):

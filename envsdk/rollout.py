@@ -1110,6 +1110,8 @@ def _json_object(text: str) -> dict[str, Any]:
         value = json.loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    except RecursionError:  # arrays or objects nested deeper than the parser goes
+        raise argparse.ArgumentTypeError("not JSON this envsdk reads (nested too deep)") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
     return value

@@ -65,6 +65,8 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
         raise RunFileError(f"{source}: cannot read the run file ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise RunFileError(f"{source}: not TOML (not UTF-8 text: byte {exc.start + 1})") from None
+    except RecursionError:  # arrays or tables nested deeper than the parser goes
+        raise RunFileError(f"{source}: not TOML this envsdk reads (arrays or tables nested too deep)") from None
     except tomllib.TOMLDecodeError as exc:
         with contextlib.suppress(OSError), source.open("rb") as handle:
             if handle.read(3) == b"\xef\xbb\xbf":

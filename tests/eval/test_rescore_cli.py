@@ -170,6 +170,55 @@ def test_a_score_that_fails_part_way_leaves_out_as_it_was(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out.jsonl", "third.py"]
 
 
+def test_a_score_that_raises_a_long_message_of_many_lines_is_named_in_one_bounded_line(tmp_path: Path) -> None:
+    """A score that runs a test set raises with the tests' output: its message went to stderr
+    whole, over many lines (100 KB here), the record it failed on said only after all of it."""
+    (tmp_path / "tests_fail.py").write_text(
+        "def score(record):\n    raise AssertionError('test_add failed:\\n  expected 3\\n  got 4\\n' + 'x' * 100_000)\n",
+        encoding="utf-8",
+    )
+    _plain_records(tmp_path / "c.jsonl", 2)
+    result = envsdk("rescore", "c.jsonl", "--score", "tests_fail.py:score", cwd=tmp_path)
+    assert result.returncode == 1
+    assert_one_line_error(result, "AssertionError", "on record u0", "test_add failed: expected 3 got 4")
+    assert len(result.stderr) < 1_000, f"{len(result.stderr)} characters on stderr"
+    assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
+@pytest.mark.parametrize("given", ["", ".", "/"])
+def test_a_folder_of_no_name_given_as_the_records_is_named_not_a_traceback(tmp_path: Path, given: str) -> None:
+    """The default --out is made from the records file's name: "." (what "" is) and "/" have
+    none, and the command ended in pathlib's ValueError traceback."""
+    result = envsdk("rescore", given, "--weights", "a=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "not a file")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stderr", ["2>/dev/full", "2>&-"])
+def test_a_refusal_whose_stderr_cannot_be_written_keeps_its_status_and_stdout(tmp_path: Path, stderr: str) -> None:
+    """The error line went to a stderr that could not take it (a full disk): the write raised
+    out of the command, exit 1 and not the refusal's 2; a closed one got it on stdout."""
+    done = subprocess.run(["bash", "-c", f'exec "$@" {stderr}', "bash", str(ENVSDK), "rescore", "missing.jsonl",
+                           "--weights", "a=1"], cwd=tmp_path, env=user_env(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+
+
+def test_a_component_of_more_digits_than_a_float_holds_is_refused_as_no_finite_number(tmp_path: Path) -> None:
+    """--weights over a 401-digit component value was reported as a failure of the score
+    "weighted_score.<locals>.score" (OverflowError), exit 1, where a NaN or infinite one is
+    refused as not a finite number, exit 2."""
+    line = {"schema": "envsdk.completions/1", "uuid": "u", "total_reward": 1.0, "success": True,
+            "reward_components": {"correct": {"value": 10**400, "steps": []}}}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    result = envsdk("rescore", "c.jsonl", "--weights", "correct=1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result, "record u", "not a finite number")
+    assert "<locals>" not in result.stderr
+    assert not (tmp_path / "c.rescored.jsonl").exists()
+
+
 def _plain_records(path: Path, count: int) -> None:
     path.write_text("".join(json.dumps({"schema": "envsdk.completions/1", "uuid": f"u{n}", "total_reward": 0.0,
                                         "success": False, "reward_components": {}}) + "\n" for n in range(count)),

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import time
 import tracemalloc
@@ -170,17 +171,22 @@ def test_putting_records_aside_reads_the_replaced_file_line_by_line_not_whole(tm
 def test_putting_aside_matches_lines_a_crlf_file_holds_and_replaces_what_is_no_file(tmp_path: Path) -> None:
     """A replaced-records file with "\\r\\n" line ends got a second copy of a line it held; a pipe
     in its place hung the resume (reading it waited for a writer) and a link to /dev/zero read
-    without end."""
+    without end. A link is to a pipe of the test's own, never to a device of the machine: the
+    link to /dev/zero this test had made the write replace /dev/zero itself, for every process
+    on a machine whose tests ran as root."""
     line = json.dumps({"uuid": "u1"}) + "\n"
     aside = tmp_path / "r.replaced.jsonl"
     aside.write_bytes(line.encode()[:-1] + b"\r\n")
     _put_aside(aside, lambda: [line])
     assert aside.read_bytes() == line.encode()[:-1] + b"\r\n"  # nothing new: left as it was
     os.mkfifo(tmp_path / "fifo.jsonl")
-    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
-    for name in ("fifo.jsonl", "zero.jsonl"):
+    (tmp_path / "elsewhere").mkdir()
+    os.mkfifo(tmp_path / "elsewhere" / "device")
+    (tmp_path / "linked.jsonl").symlink_to(tmp_path / "elsewhere" / "device")
+    for name in ("fifo.jsonl", "linked.jsonl"):
         _put_aside(tmp_path / name, lambda: [line])
         assert (tmp_path / name).read_text() == line and (tmp_path / name).is_file()
+    assert stat.S_ISFIFO((tmp_path / "elsewhere" / "device").lstat().st_mode)  # what the link led to is left
 
 
 @pytest.mark.parametrize("command", ["resume", "rescore"])

@@ -5,7 +5,9 @@ from it wherever the records are read from."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -221,3 +223,20 @@ def test_an_out_that_links_into_a_folder_not_made_yet_is_written_through(tmp_pat
     assert played.returncode == 0, played.stderr
     assert (tmp_path / "d.jsonl").is_symlink()
     assert len(by_pair(tmp_path / "nodir" / "x.jsonl")) == 4
+
+
+def test_a_run_file_that_links_to_a_pipe_or_device_replaces_the_link_not_what_it_leads_to(tmp_path: Path) -> None:
+    """A file replaced whole through a link replaced what the link led to: a run file linked to
+    /dev/null (a user's way to keep none) had the run's root process rename its temporary file
+    over /dev/null itself; the test suite's own link to /dev/zero did that to /dev/zero. Here a
+    pipe in another folder stands for the device."""
+    (tmp_path / "elsewhere").mkdir()
+    sink = tmp_path / "elsewhere" / "sink"
+    os.mkfifo(sink)
+    (tmp_path / "c.run.toml").symlink_to(Path("elsewhere") / "sink")
+    played = envsdk(*FROZEN, "--episodes", "1", "--out", "c.jsonl", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert stat.S_ISFIFO(sink.lstat().st_mode), "the pipe the link led to was replaced by a file"
+    # The link itself gave way to the run file, which repeats the run.
+    assert not (tmp_path / "c.run.toml").is_symlink()
+    assert read_run_file(tmp_path / "c.run.toml")["run"]["examples"] == 1

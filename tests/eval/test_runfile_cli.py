@@ -83,6 +83,10 @@ def test_a_run_file_that_cannot_be_read_is_named_not_blamed_on_out(tmp_path: Pat
         ('env = "frozen_lake"\nrecord = "huge"\n', ["record", "lean, full"]),
         ('env = "frozen_lake"\nno-progress = 1\n', ["no-progress", "true or false"]),
         ("env = \n", ["not TOML"]),
+        # Arrays nested deeper than the parser goes: a RecursionError's traceback.
+        ('env = "frozen_lake"\nenv-config = ' + "[" * 100_000 + "]" * 100_000 + "\n", ["not TOML", "nested too deep"]),
+        # The same as the JSON text --env-config also takes.
+        ('env = "frozen_lake"\nenv-config = "' + "[" * 100_000 + '"\n', ["env-config", "nested too deep"]),
     ],
 )
 def test_a_bad_run_file_is_one_clear_line_and_exit_2(tmp_path: Path, text: str, needles: list[str]) -> None:
