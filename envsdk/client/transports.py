@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from envsdk.client.config import Keepalive, Timeouts
 from envsdk.errors import ConnectError, mask_secrets
@@ -171,7 +171,9 @@ class WebSocketTransport:
                 max_size=self.max_frame_bytes,
                 compression=self.compression,
             )
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            # WebSocketException, not only InvalidHandshake: an upgrade redirected to a URL that is
+            # no ws:// one (a gateway's https:// login page) raises InvalidURI.
             # A resume's URL carries its token: a message is logged and kept in records.
             raise ConnectError(mask_secrets(f"Could not open a WebSocket to {url}: {exc!r}")) from exc
         return _WebSocketConnection(ws)

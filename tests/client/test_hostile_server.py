@@ -1,0 +1,66 @@
+"""The client against hostile or broken servers written for the test (real sockets): whatever
+the peer sends, a call ends with a typed error within its timeouts, the client's sockets are
+released, and a session is never silently continued on a stream that can no longer be trusted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from envsdk.client import EnvClient, Retry, Timeouts
+from envsdk.errors import ConnectError
+from envsdk.testing import free_port
+
+pytestmark = pytest.mark.timeout(30)
+
+_SESSION = {"session_id": "s1", "resume_token": "tok", "resume_window_s": 30}
+_FAST = Timeouts(connect=2.0, request=2.0, close=1.0)
+_FAST_RETRY = Retry(max_attempts=2, backoff_base=0.01)
+
+Handler = Callable[[ServerConnection], Awaitable[None]]
+
+
+def _frame(kind: str, data: dict[str, Any], request_id: str | None = None) -> str:
+    frame: dict[str, Any] = {"type": kind, "data": data}
+    if request_id is not None:
+        frame["id"] = request_id
+    return json.dumps(frame)
+
+
+@asynccontextmanager
+async def hostile(handler: Handler, **kwargs: Any) -> AsyncIterator[tuple[str, Server]]:
+    """A WebSocket server on 127.0.0.1 running ``handler`` per connection; yields its base URL."""
+    port = free_port()
+    async with serve(handler, "127.0.0.1", port, **kwargs) as server:
+        yield f"http://127.0.0.1:{port}", server
+
+
+async def _wait_all_closed(server: Server, seconds: float = 3.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if not server.connections:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{len(server.connections)} connection(s) of the client are still open")
+
+
+async def test_upgrade_redirected_to_a_non_websocket_url_is_a_connect_error() -> None:
+    # A proxy or login gateway answering the upgrade with 302 to an https:// page.
+    def redirect(connection: ServerConnection, request: Request) -> Response:
+        return Response(302, "Found", Headers([("Location", "http://127.0.0.1:9/login")]), b"")
+
+    async def never(ws: ServerConnection) -> None:
+        await ws.wait_closed()
+
+    async with hostile(never, process_request=redirect) as (url, _):
+        client = EnvClient(url, timeouts=_FAST)
+        with pytest.raises(ConnectError, match="login"):
+            await client.connect()
+        await client.close()
