@@ -590,6 +590,14 @@ class EnvClient:
                 await conn.close()
                 last_error = f"the resume handshake failed: {exc!r}"
                 continue
+            except ProtocolError as exc:
+                # A frame that is no reply at all (a gateway's error page): not a resume, as any
+                # other wrong answer below; the connection is closed, not left open.
+                await conn.close()
+                raise await self._lose(f"{reason}; the resume handshake was answered with {exc}") from None
+            except BaseException:
+                await conn.close()  # cancelled mid-handshake: this connection is no one's
+                raise
             if isinstance(reply, SessionReply) and reply.data.session_id == session.session_id:
                 if not reply.data.resumed:
                     await conn.close()

@@ -16,7 +16,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from envsdk.client import EnvClient, Retry, Timeouts
-from envsdk.errors import ConnectError
+from envsdk.errors import ConnectError, SessionLostError
 from envsdk.testing import free_port
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,3 +64,30 @@ async def test_upgrade_redirected_to_a_non_websocket_url_is_a_connect_error() ->
         with pytest.raises(ConnectError, match="login"):
             await client.connect()
         await client.close()
+
+
+async def test_resume_answered_with_garbage_loses_the_session_and_closes_its_socket() -> None:
+    connections = 0
+
+    async def handler(ws: ServerConnection) -> None:
+        nonlocal connections
+        connections += 1
+        await ws.recv()  # the session handshake (a resume from the second connection on)
+        if connections == 1:
+            await ws.send(_frame("session", _SESSION))
+            await ws.recv()  # the reset
+            await ws.close(1011)  # dropped mid-reset: the client resumes
+        else:
+            await ws.send("<html>502 Bad Gateway</html>")
+            await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(SessionLostError, match="502 Bad Gateway"):
+            await client.reset()
+        with pytest.raises(SessionLostError):
+            await client.state()
+        await client.close()
+        await _wait_all_closed(server)
+        assert connections == 2  # one resume attempt, then the session is given up
+
