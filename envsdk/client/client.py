@@ -460,6 +460,12 @@ class EnvClient:
                     close_code = exc.code
                 except asyncio.TimeoutError:
                     reason = f"no reply to {what} within {self.timeouts.request} s"
+                except ProtocolError as exc:
+                    if request_id is None:
+                        # Without ids the frames can no longer be paired with requests: the reply
+                        # still to come would be read as the next request's answer.
+                        raise await self._lose(f"{exc} (during {what})") from exc
+                    raise  # with ids a late reply is recognised and discarded
                 except asyncio.CancelledError:
                     if request_id is None:
                         # Without ids the late reply would be read as the next request's answer.

@@ -91,3 +91,27 @@ async def test_resume_answered_with_garbage_loses_the_session_and_closes_its_soc
         await _wait_all_closed(server)
         assert connections == 2  # one resume attempt, then the session is given up
 
+
+async def test_garbage_frame_without_request_ids_loses_the_session_not_shifts_replies() -> None:
+    # A plain OpenEnv peer (no ids) that sends a stray frame before its real reply: the reply
+    # that follows would be read as the next call's answer, a step given the reset's observation.
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("error", {"message": "Unknown message type: session", "code": "UNKNOWN_TYPE"}))
+        await ws.recv()  # reset
+        await ws.send("garbage")
+        await ws.send(_frame("observation", {"observation": {"answers": "reset"}, "reward": 0.0, "done": False}))
+        await ws.recv()  # the next call
+        await ws.send(_frame("observation", {"observation": {"answers": "step"}, "reward": 1.0, "done": True}))
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        await client.connect()
+        assert client.server_kind == "openenv"
+        with pytest.raises(SessionLostError, match="garbage"):
+            await client.reset()
+        with pytest.raises(SessionLostError):
+            await client.step({"message": "x"})
+        await client.close()
+        await _wait_all_closed(server)
