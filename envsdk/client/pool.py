@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import logging
 import math
@@ -537,10 +538,32 @@ class EnvPool:
             await client.close()
 
 
+#: The largest ``/health`` body read: a report is a few hundred bytes.
+MAX_HEALTH_BYTES = 1 << 20
+
+
 def _get_json(url: str, timeout: float) -> dict[str, Any]:
-    """GET `url` and decode its JSON object body (blocking; run in a thread)."""
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # only http(s): built by health_url
-        data = json.loads(response.read().decode("utf-8"))
+    """GET `url` and decode its JSON object body (blocking; run in a thread).
+
+    Bounded whatever the server does: at most `MAX_HEALTH_BYTES` are read, and the body is
+    no longer read once ``timeout`` has passed (urllib's own timeout bounds each read, not the
+    whole body: a trickling server kept the thread reading on). Everything a broken server can
+    make go wrong is raised as `OSError` or `ValueError`."""
+    deadline = time.monotonic() + timeout
+    body = bytearray()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # only http(s): built by health_url
+            while chunk := response.read1(64 * 1024):
+                body += chunk
+                if len(body) > MAX_HEALTH_BYTES:
+                    raise ValueError(f"{url} answered more than {MAX_HEALTH_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{url} did not finish its answer within {timeout} s")
+        data = json.loads(body.decode("utf-8"))
+    except http.client.HTTPException as exc:  # no HTTP at all, a cut body, a 64 kB header line
+        raise ValueError(f"{url} did not answer in HTTP: {exc!r}") from exc
+    except RecursionError:  # JSON nested past Python's recursion limit
+        raise ValueError(f"{url} answered JSON nested too deep to read") from None
     if not isinstance(data, dict):
         raise ValueError(f"{url} answered {data!r}, not a JSON object")
     return data

@@ -5,6 +5,7 @@ released, and a session is never silently continued on a stream that can no long
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from envsdk.client import EnvClient, Retry, Timeouts
+from envsdk.client import EnvClient, EnvPool, PoolSettings, Retry, Timeouts
 from envsdk.errors import ConnectError, SessionLostError
 from envsdk.testing import free_port
 
@@ -115,3 +116,65 @@ async def test_garbage_frame_without_request_ids_loses_the_session_not_shifts_re
             await client.step({"message": "x"})
         await client.close()
         await _wait_all_closed(server)
+
+
+_PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
+_HEALTH_ANSWERS = {
+    "no HTTP at all": b"SSH-2.0-OpenSSH_9.6\r\n",
+    "a body shorter than its length": b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{",
+    "a header line of 100 kB": b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 100_000 + b"\r\n\r\n{}",
+    "JSON nested 100000 deep": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"[" * 100_000,
+    "a 4 MB body": b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(_PADDED_HEALTH), _PADDED_HEALTH),
+}
+
+
+@pytest.mark.parametrize("answer", list(_HEALTH_ANSWERS))
+async def test_pool_health_poll_answered_by_a_broken_server_marks_it_failed(answer: str) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4096)
+        writer.write(_HEALTH_ANSWERS[answer])
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    try:
+        pool = EnvPool([f"http://127.0.0.1:{port}"], settings=PoolSettings(health_timeout_s=2.0))
+        await pool.refresh_health(force=True)  # raised http.client's or json's own error before
+        (status,) = pool.servers()
+        assert status.failures == 1
+        assert status.last_error is not None and "/health failed" in status.last_error
+        assert status.max_sessions is None
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_pool_health_poll_stops_reading_a_trickling_body_at_its_timeout() -> None:
+    hung_up = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(4096)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n")
+        try:
+            for _ in range(150):  # 15 s at most: a few bytes, never the whole body
+                writer.write(b" " * 100)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except ConnectionError:
+            hung_up.set()
+        writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    try:
+        pool = EnvPool([f"http://127.0.0.1:{port}"], settings=PoolSettings(health_timeout_s=0.5))
+        await pool.refresh_health(force=True)
+        (status,) = pool.servers()
+        assert status.failures == 1
+        # The poll's thread hangs up soon after the timeout, not when the server stops sending.
+        await asyncio.wait_for(hung_up.wait(), 5.0)
+    finally:
+        server.close()
+        await server.wait_closed()
