@@ -464,7 +464,10 @@ def decode_reply(raw: str | bytes) -> ObservationReply | StateReply | ErrorReply
         pass
     # The stdlib parser accepts what pydantic-core's does not (lone surrogates); the
     # validation error, if any, is then the one to report.
-    obj = json.loads(raw)
+    try:
+        obj = json.loads(raw)
+    except RecursionError:  # nested deeper than Python's recursion limit
+        raise ValueError("the frame's JSON is nested too deep to decode") from None
     return _REPLY_ADAPTER.validate_python(obj)  # type: ignore[no-any-return]
 
 

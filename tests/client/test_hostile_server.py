@@ -17,7 +17,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from envsdk.client import EnvClient, EnvPool, PoolSettings, Retry, Timeouts
-from envsdk.errors import ConnectError, SessionLostError
+from envsdk.errors import ConnectError, ProtocolError, SessionLostError
 from envsdk.testing import free_port
 
 pytestmark = pytest.mark.timeout(30)
@@ -117,6 +117,25 @@ async def test_garbage_frame_without_request_ids_loses_the_session_not_shifts_re
         await client.close()
         await _wait_all_closed(server)
 
+
+
+async def test_reply_nested_past_the_recursion_limit_is_a_protocol_error() -> None:
+    # pydantic-core refuses it as too deep; the stdlib parser tried next raised RecursionError.
+    deep = '{"type": "observation", "data": {"observation": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}}"
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("session", _SESSION))
+        request = json.loads(await ws.recv())
+        await ws.send(deep.replace('"type"', f'"id": "{request["id"]}", "type"', 1))
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(ProtocolError, match="not a known reply"):
+            await client.reset()
+        await client.close()
+        await _wait_all_closed(server)
 
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
