@@ -456,6 +456,14 @@ class EnvClient:
                             f"the server shut down during {what} (close {exc.code}: {exc.reason or 'no reason'})",
                             cls=ServerShutdownError,
                         ) from None
+                    if exc.by_client and exc.code == CloseCode.MESSAGE_TOO_BIG.value:
+                        # Not the server's refusal of the request: this client refused the reply
+                        # (a resume would be sent the same frame again).
+                        limit = getattr(self.transport, "max_frame_bytes", None)
+                        raise await self._lose(
+                            f"the reply to {what} is larger than this client accepts ({exc}); "
+                            f"raise WebSocketTransport(max_frame_bytes={limit}) to accept it"
+                        ) from None
                     reason = f"the connection dropped during {what} ({exc})"
                     close_code = exc.code
                 except asyncio.TimeoutError:

@@ -56,13 +56,16 @@ ASGIApp = Callable[
 
 class TransportClosed(Exception):
     """The connection is gone. ``code`` is the WebSocket close code when one is known
-    (1006 when the connection ended without a close frame), ``reason`` its reason."""
+    (1006 when the connection ended without a close frame), ``reason`` its reason;
+    ``by_client`` is True when this side closed first (a frame over ``max_frame_bytes``: 1009,
+    a keepalive timeout), not the server."""
 
-    def __init__(self, code: int | None = None, reason: str = "") -> None:
+    def __init__(self, code: int | None = None, reason: str = "", *, by_client: bool = False) -> None:
         text = f"connection closed (code {code})" if code is not None else "connection closed"
         super().__init__(f"{text}: {reason}" if reason else text)
         self.code = code
         self.reason = reason
+        self.by_client = by_client
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,8 @@ def _closed(exc: ConnectionClosed) -> TransportClosed:
     frame = exc.rcvd or exc.sent
     if frame is None:
         return TransportClosed(_ABNORMAL_CLOSURE, "no close frame")
-    return TransportClosed(int(frame.code), frame.reason)
+    by_client = exc.sent is not None and not exc.rcvd_then_sent
+    return TransportClosed(int(frame.code), frame.reason, by_client=by_client)
 
 
 class WebSocketTransport:

@@ -16,7 +16,14 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from envsdk.client import EnvClient, EnvPool, PoolSettings, Retry, Timeouts
+from envsdk.client import (
+    EnvClient,
+    EnvPool,
+    PoolSettings,
+    Retry,
+    Timeouts,
+    WebSocketTransport,
+)
 from envsdk.errors import ConnectError, ProtocolError, SessionLostError
 from envsdk.testing import free_port
 
@@ -134,6 +141,26 @@ async def test_reply_nested_past_the_recursion_limit_is_a_protocol_error() -> No
         client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
         with pytest.raises(ProtocolError, match="not a known reply"):
             await client.reset()
+        await client.close()
+        await _wait_all_closed(server)
+
+
+async def test_reply_over_the_clients_frame_limit_is_reported_as_the_clients_limit() -> None:
+    # The client refused the frame (1009 from its side): the message named the server as the
+    # one that closed with 1009, which reads as "the request was too big".
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("session", _SESSION))
+        request = json.loads(await ws.recv())
+        await ws.send(_frame("observation", {"observation": {"pad": "x" * 200_000}}, request["id"]))
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        transport = WebSocketTransport(max_frame_bytes=100_000)
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY, transport=transport)
+        with pytest.raises(SessionLostError, match="max_frame_bytes=100000") as info:
+            await client.reset()
+        assert "the server closed" not in str(info.value)
         await client.close()
         await _wait_all_closed(server)
 
