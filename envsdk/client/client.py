@@ -633,7 +633,15 @@ class EnvClient:
                         f"{reason}; {error.message}", cls=type(error), code=error.code, details=error.details
                     )
                 raise await self._lose(f"{reason}; resume refused: {error}")
-            raise await self._lose(f"{reason}; the resume handshake was answered with {reply!r}")
+            # Not the reply's repr: a session reply carries that session's resume token.
+            answer = (
+                f"session {reply.data.session_id!r} (resumed={reply.data.resumed})"
+                if isinstance(reply, SessionReply)
+                else f"a {reply.type!r} frame"
+            )
+            raise await self._lose(
+                f"{reason}; the resume of session {session.session_id!r} was answered with {answer}"
+            )
         raise await self._lose(
             f"{reason}; gave up after {self.retry.max_attempts} reconnect attempts (last: {last_error})"
         )

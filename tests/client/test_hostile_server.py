@@ -164,6 +164,34 @@ async def test_reply_over_the_clients_frame_limit_is_reported_as_the_clients_lim
         await client.close()
         await _wait_all_closed(server)
 
+
+async def test_resume_answered_by_another_session_does_not_leak_its_resume_token() -> None:
+    # A server that lost its state answers the resume with a fresh session of its own: the
+    # error (logged, written into records) quoted that session's resume token, which lets its
+    # reader take that session over.
+    connections = 0
+
+    async def handler(ws: ServerConnection) -> None:
+        nonlocal connections
+        connections += 1
+        await ws.recv()
+        if connections == 1:
+            await ws.send(_frame("session", _SESSION))
+            await ws.recv()
+            await ws.close(1011)
+        else:
+            other = {"session_id": "s2", "resume_token": "SECRET-OF-S2", "resume_window_s": 30}
+            await ws.send(_frame("session", other))
+            await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(SessionLostError, match="s2") as info:
+            await client.reset()
+        assert "SECRET-OF-S2" not in str(info.value)
+        await client.close()
+        await _wait_all_closed(server)
+
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
     "no HTTP at all": b"SSH-2.0-OpenSSH_9.6\r\n",
