@@ -419,7 +419,13 @@ class EnvClient:
             # JSON has no NaN: some peer wrote a non-standard literal. Taken as a number, or as
             # the null an envsdk server would never send, it would poison a training signal.
             raise ProtocolError(f"The server's {what} reply carries {problem}: rewards must be finite numbers")
-        reward = None if data.reward is None else float(data.reward)
+        try:
+            reward = None if data.reward is None else float(data.reward)
+        except OverflowError:  # a JSON int of more digits than any float holds
+            raise ProtocolError(
+                f"The server's {what} reply carries an integer reward larger than any float: rewards"
+                " must be finite numbers"
+            ) from None
         body = dict(data.observation)
         observation: Any = body
         if self.observation_type is not None:

@@ -192,6 +192,28 @@ async def test_resume_answered_by_another_session_does_not_leak_its_resume_token
         await client.close()
         await _wait_all_closed(server)
 
+
+async def test_reward_of_more_digits_than_a_float_holds_is_a_protocol_error() -> None:
+    # An int reward of 401 digits is a JSON number pydantic keeps as an int: float() of it
+    # raised a bare OverflowError out of reset().
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("session", _SESSION))
+        request_id = json.loads(await ws.recv())["id"]
+        huge = "1" + "0" * 400
+        await ws.send(
+            f'{{"id": "{request_id}", "type": "observation", "data": '
+            f'{{"observation": {{}}, "reward": {huge}, "done": false}}}}'
+        )
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(ProtocolError, match="reward"):
+            await client.reset()
+        await client.close()
+        await _wait_all_closed(server)
+
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
     "no HTTP at all": b"SSH-2.0-OpenSSH_9.6\r\n",
