@@ -350,7 +350,13 @@ class EnvClient:
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             raise ProtocolError(f"tools/list answered without a tool list: {result!r:.200}")
-        return [ToolSpec.from_wire(t) for t in tools]
+        specs = []
+        for entry in tools:
+            try:
+                specs.append(ToolSpec.from_wire(entry))
+            except (AttributeError, KeyError, TypeError, ValueError):  # not {"name": ..., "inputSchema": {...}}
+                raise ProtocolError(f"tools/list answered with an entry that is no tool: {entry!r:.200}") from None
+        return specs
 
     async def call_tool(self, name: str, /, **arguments: Any) -> Any:
         """Call one tool on this session's env (MCP ``tools/call``) and return its value (the

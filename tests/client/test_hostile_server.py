@@ -214,6 +214,28 @@ async def test_reward_of_more_digits_than_a_float_holds_is_a_protocol_error() ->
         await client.close()
         await _wait_all_closed(server)
 
+
+@pytest.mark.parametrize(
+    "tools",
+    [["echo"], [{"description": "no name"}], [{"name": "echo", "inputSchema": [1, 2]}]],
+    ids=["a string", "no name", "a list for a schema"],
+)
+async def test_malformed_tool_list_is_a_protocol_error(tools: list[Any]) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("session", _SESSION))
+        request = json.loads(await ws.recv())
+        rpc = {"jsonrpc": "2.0", "id": request["data"]["id"], "result": {"tools": tools}}
+        await ws.send(_frame("mcp", rpc, request["id"]))
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(ProtocolError, match="tools/list"):
+            await client.list_tools()
+        await client.close()
+        await _wait_all_closed(server)
+
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
     "no HTTP at all": b"SSH-2.0-OpenSSH_9.6\r\n",
