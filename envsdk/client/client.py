@@ -383,7 +383,11 @@ class EnvClient:
             if details.get("code") == ErrorCode.TIMEOUT.value:
                 raise EnvTimeoutError(message, ErrorCode.TIMEOUT.value, details)
             raise ToolCallError(message, str(error.get("code")), details)
-        return reply.data.get("result")
+        if error is not None or "result" not in reply.data:
+            # JSON-RPC 2.0: a result, or an error object. Returning None here read as a tool
+            # that returned nothing.
+            raise ProtocolError(f"{method} was answered with neither a result nor an error object: {reply.data!r:.200}")
+        return reply.data["result"]
 
     # ------------------------------------------------------------ internals
 

@@ -236,6 +236,28 @@ async def test_malformed_tool_list_is_a_protocol_error(tools: list[Any]) -> None
         await client.close()
         await _wait_all_closed(server)
 
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"error": "the tool crashed"}, {}],
+    ids=["an error that is a string", "neither result nor error"],
+)
+async def test_tool_call_answer_without_a_result_is_a_protocol_error_not_none(answer: dict[str, Any]) -> None:
+    # call_tool() returned None for these, as if the tool had returned nothing.
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(_frame("session", _SESSION))
+        request = json.loads(await ws.recv())
+        await ws.send(_frame("mcp", {"jsonrpc": "2.0", "id": request["data"]["id"], **answer}, request["id"]))
+        await ws.wait_closed()
+
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(ProtocolError, match="tools/call"):
+            await client.call_tool("echo", text="hi")
+        await client.close()
+        await _wait_all_closed(server)
+
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
     "no HTTP at all": b"SSH-2.0-OpenSSH_9.6\r\n",
