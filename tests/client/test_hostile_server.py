@@ -59,6 +59,19 @@ async def _wait_all_closed(server: Server, seconds: float = 3.0) -> None:
     raise AssertionError(f"{len(server.connections)} connection(s) of the client are still open")
 
 
+async def _first_call_raises(
+    handler: Handler, call: Callable[[EnvClient], Awaitable[Any]], error: type[Exception], match: str
+) -> None:
+    """A client's first `call` against `handler` raises `error` (matching `match`), and once
+    the client is closed no socket of it is left open on the server."""
+    async with hostile(handler) as (url, server):
+        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
+        with pytest.raises(error, match=match):
+            await call(client)
+        await client.close()
+        await _wait_all_closed(server)
+
+
 async def test_upgrade_redirected_to_a_non_websocket_url_is_a_connect_error() -> None:
     # A proxy or login gateway answering the upgrade with 302 to an https:// page.
     def redirect(connection: ServerConnection, request: Request) -> Response:
@@ -137,12 +150,7 @@ async def test_reply_nested_past_the_recursion_limit_is_a_protocol_error() -> No
         await ws.send(deep.replace('"type"', f'"id": "{request["id"]}", "type"', 1))
         await ws.wait_closed()
 
-    async with hostile(handler) as (url, server):
-        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
-        with pytest.raises(ProtocolError, match="not a known reply"):
-            await client.reset()
-        await client.close()
-        await _wait_all_closed(server)
+    await _first_call_raises(handler, lambda client: client.reset(), ProtocolError, "not a known reply")
 
 
 async def test_reply_over_the_clients_frame_limit_is_reported_as_the_clients_limit() -> None:
@@ -207,12 +215,7 @@ async def test_reward_of_more_digits_than_a_float_holds_is_a_protocol_error() ->
         )
         await ws.wait_closed()
 
-    async with hostile(handler) as (url, server):
-        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
-        with pytest.raises(ProtocolError, match="reward"):
-            await client.reset()
-        await client.close()
-        await _wait_all_closed(server)
+    await _first_call_raises(handler, lambda client: client.reset(), ProtocolError, "reward")
 
 
 @pytest.mark.parametrize(
@@ -229,12 +232,7 @@ async def test_malformed_tool_list_is_a_protocol_error(tools: list[Any]) -> None
         await ws.send(_frame("mcp", rpc, request["id"]))
         await ws.wait_closed()
 
-    async with hostile(handler) as (url, server):
-        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
-        with pytest.raises(ProtocolError, match="tools/list"):
-            await client.list_tools()
-        await client.close()
-        await _wait_all_closed(server)
+    await _first_call_raises(handler, lambda client: client.list_tools(), ProtocolError, "tools/list")
 
 
 @pytest.mark.parametrize(
@@ -251,12 +249,7 @@ async def test_tool_call_answer_without_a_result_is_a_protocol_error_not_none(an
         await ws.send(_frame("mcp", {"jsonrpc": "2.0", "id": request["data"]["id"], **answer}, request["id"]))
         await ws.wait_closed()
 
-    async with hostile(handler) as (url, server):
-        client = EnvClient(url, timeouts=_FAST, retry=_FAST_RETRY)
-        with pytest.raises(ProtocolError, match="tools/call"):
-            await client.call_tool("echo", text="hi")
-        await client.close()
-        await _wait_all_closed(server)
+    await _first_call_raises(handler, lambda client: client.call_tool("echo", text="hi"), ProtocolError, "tools/call")
 
 _PADDED_HEALTH = b'{"active_sessions": 0, "max_sessions": 4, "pad": "' + b"x" * (4 << 20) + b'"}'
 _HEALTH_ANSWERS = {
