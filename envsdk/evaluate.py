@@ -1125,7 +1125,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         # Every record is read first (a line that is not one is refused before anything is
         # written), then re-scored and written one at a time: the file is never held whole.
         # Both reads stop at the size it had (a run still appending to it adds nothing).
-        size = source.stat().st_size if source.is_file() else None
+        size = source.stat().st_size
         _check_weight_names(args.weights or {}, (record for _, record in iter_records(source, stop=size)), source)
     except (EvalError, PluginLoadError, ImportError) as exc:
         print_err(f"envsdk rescore: error: {exc}")

@@ -24,6 +24,7 @@ from envsdk.types import Action, Observation, State
 
 __all__ = [
     "free_port",
+    "free_ports",
     "stop_process",
     "wait_healthy",
     "running_server",
@@ -38,6 +39,24 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive TCP ports on 127.0.0.1 that nothing listens on right now:
+    ``serve --replicas N --port P`` serves on P..P+N-1, and a free P says nothing about P+1."""
+    for _ in range(200):
+        base = free_port()
+        if base + count > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"found no {count} consecutive free ports on 127.0.0.1")
 
 
 def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0, sig: int = signal.SIGTERM) -> int:

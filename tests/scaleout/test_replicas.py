@@ -122,14 +122,14 @@ async def test_replicas_serve_a_pool_restart_a_dead_replica_and_all_stop_on_sigt
 def test_a_replicas_file_that_cannot_be_written_is_refused_before_any_replica_starts(tmp_path: Path, where: str) -> None:
     """Found once the replicas ran, it was a traceback (IsADirectoryError, FileNotFoundError) and
     left both replicas serving, orphaned, with a stray ``.tmp`` beside the path."""
-    from envsdk.testing import free_port
+    from envsdk.testing import free_ports
 
     target = tmp_path / "urls"
     if where == "a folder":
         target.mkdir()
     else:
         target = tmp_path / "nope" / "urls.json"
-    port = free_port()
+    port = free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port", str(port),
          "--replicas", "2", "--replicas-file", str(target), "--log-level", "warning"],
@@ -248,9 +248,9 @@ def test_replicas_restart_at_once_on_the_ports_they_just_served(tmp_path: Path) 
     """The supervisor checked its ports with a bind without SO_REUSEADDR (uvicorn binds with
     it): for a minute after a stop, the TIME-WAIT left by the replicas' served connections made
     it refuse the same ports ("ports [...] are in use"), exit 2."""
-    from envsdk.testing import free_port
+    from envsdk.testing import free_ports
 
-    port = free_port()
+    port = free_ports(2)
     urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
     procs: list[subprocess.Popen[bytes]] = []
     pids: set[int] = set()
@@ -299,9 +299,9 @@ def test_the_supervisor_exits_as_an_interrupted_program_after_stopping_its_repli
     procs: list[subprocess.Popen[bytes]] = []
     pids: set[int] = set()
     try:
-        from envsdk.testing import free_port
+        from envsdk.testing import free_ports
 
-        procs.append(_start_supervisor(free_port(), urls_file, log))
+        procs.append(_start_supervisor(free_ports(2), urls_file, log))
         _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
         assert procs[0].poll() is None, log.read_text()[-2000:]
         replicas = _read(urls_file)["replicas"]
@@ -332,7 +332,7 @@ def test_a_supervisor_whose_stdout_cannot_be_written_keeps_serving(tmp_path: Pat
     """``serve --replicas 2 > /dev/full``: printing the replicas' URLs failed, and the supervisor
     stopped its replicas and died with a traceback. The URLs are in the replicas file; the
     fleet serves on, and stops on SIGTERM with the status a stopped server has."""
-    from envsdk.testing import free_port
+    from envsdk.testing import free_ports
 
     urls_file, log = tmp_path / "urls.json", tmp_path / "supervisor.log"
     procs: list[subprocess.Popen[bytes]] = []
@@ -341,7 +341,7 @@ def test_a_supervisor_whose_stdout_cannot_be_written_keeps_serving(tmp_path: Pat
         with open("/dev/full", "wb") as full, log.open("ab") as err:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", "--port",
-                 str(free_port()), "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
+                 str(free_ports(2)), "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
                 stdout=full, stderr=err,
             ))
         _wait_for(lambda: urls_file.exists() or procs[0].poll() is not None, 60, "the replicas file")
