@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 from envsdk.errors import ServerError
 from envsdk.games import sudoku as game
 from envsdk.games.sudoku import Board
-from envsdk.rewards.parts import REWARD_PARTS, components_from
+from envsdk.rewards.parts import REWARD_COMPONENTS, REWARD_PARTS, all_finite_floats, components_from
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import OpenEnvScheduler, RemoteEpisode
 from envsdk.types import StepResult
@@ -207,9 +207,10 @@ class SudokuReward:
 
     def summary(self) -> dict[str, float]:
         """Episode-level values: means of the per-step parts, progress, correct, total."""
-        empty_cell = _mean(self.empty_cell)
-        valid_move = _mean(self.valid_move)
-        repetition = _mean(self.repetition)
+        # `_mean` written out: this runs every step.
+        empty_cell = fsum(self.empty_cell) / len(self.empty_cell) if self.empty_cell else 0.0
+        valid_move = fsum(self.valid_move) / len(self.valid_move) if self.valid_move else 0.0
+        repetition = fsum(self.repetition) / len(self.repetition) if self.repetition else 0.0
         return {
             "empty_cell": empty_cell,
             "valid_move": valid_move,
@@ -260,20 +261,30 @@ class SudokuEpisode:
         return self.filled - self.initial_filled
 
     def score(
-        self, move: Move, verdict: Verdict | None, board_after: Board, reward: float, reason: str | None = None
+        self,
+        move: Move,
+        verdict: Verdict | None,
+        board_after: Board,
+        reward: float,
+        reason: str | None = None,
+        *,
+        filled: int | None = None,
+        owned: bool = False,
     ) -> dict[str, float]:
         """Score one played move and advance the episode: the step's five components and total.
 
         ``board_after`` is the board the environment shows after the move, ``reward`` the
         environment's reward for the step (``correct``). The one place the reward is computed:
-        the scheduler, the web page and the Sudoku server's rubric all call it.
+        the scheduler, the web page and the Sudoku server's rubric all call it. ``filled`` and
+        ``owned``: as for `record`.
         """
         parts = move_components(self.board, move, self.tried.get(move, 0), verdict)
         open_cells = 81 - self.initial_filled
-        filled = game.count_filled(board_after)
+        if filled is None:
+            filled = game.count_filled(board_after)
         progress = max(self.reward.progress, (filled - self.initial_filled) / open_cells if open_cells else 1.0)
         parts["progress"], parts["correct"] = progress, float(reward)
-        return self.record(move, verdict, board_after, parts, reason, filled=filled)
+        return self.record(move, verdict, board_after, parts, reason, filled=filled, owned=owned)
 
     def record(
         self,
@@ -284,10 +295,13 @@ class SudokuEpisode:
         reason: str | None = None,
         *,
         filled: int | None = None,
+        owned: bool = False,
     ) -> dict[str, float]:
         """Advance the episode by one move whose five components are already known (`score`'s,
         or the server's ``reward_components``); return them with the total so far. ``filled``:
-        the filled cells of `board_after`, when the caller has counted them."""
+        the filled cells of `board_after`, when the caller has counted them. The episode keeps a
+        copy of `board_after`, or, ``owned``, the board itself: the caller hands it over and
+        changes it no more (the scheduler's own reading of the observation)."""
         self.tried[move] = self.tried.get(move, 0) + 1
         reward = self.reward
         reward.empty_cell.append(parts["empty_cell"])
@@ -295,7 +309,7 @@ class SudokuEpisode:
         reward.repetition.append(parts["repetition"])
         reward.progress = parts["progress"]
         reward.correct = parts["correct"]
-        self.board = list(map(list, board_after))
+        self.board = board_after if owned else list(map(list, board_after))
         self.filled = game.count_filled(board_after) if filled is None else filled
         self.steps += 1
         self.last_move, self.last_verdict, self.last_reason = move, verdict, reason
@@ -315,6 +329,8 @@ class _Reading(NamedTuple):
     verdict: Verdict | None
     reason: str | None
     transcript_len: int
+    #: The filled cells of `board`, when the reading counted them.
+    filled: int | None = None
 
 
 def _transcript(obs: dict[str, Any]) -> str:
@@ -345,6 +361,26 @@ def _structured_board(value: Any) -> Board | None:
 _ONLY_LIST = {list}
 _NINE = {9}
 _ONLY_INT = {int}
+
+
+def _next_board(value: Any, known: Board, filled: int) -> tuple[Board, int] | None:
+    """`_structured_board(value)` and its filled cells, for the board that follows `known` (the
+    board read last step: ints, not changed since) with `filled` filled cells. A move changes one
+    row at most, and checking each cell's type costs far more than comparing it: a row equal to
+    its row in `known` is that row (shared, not copied), and only the others are checked and
+    counted. None when a row is not 9 plain ints (`_structured_board` then reads it)."""
+    if type(value) is not list or len(value) != 9:
+        return None
+    board: Board = []
+    for row, was in zip(value, known):
+        if row == was:  # 9 values equal to ints (a 1.0 or a true is read as 1 all the same)
+            board.append(was)
+        elif type(row) is list and len(row) == 9 and set(map(type, row)) == _ONLY_INT:
+            board.append(row.copy())
+            filled += was.count(0) - row.count(0)
+        else:
+            return None
+    return board, filled
 
 
 def _initial_filled(value: Any, board: Board) -> int:
@@ -414,8 +450,12 @@ class SudokuScheduler(OpenEnvScheduler):
 
     # ------------------------------------------------------------ reading observations
 
-    def _read(self, obs: dict[str, Any], previous_len: int) -> _Reading:
-        board = _structured_board(obs.get("board"))
+    def _read(self, obs: dict[str, Any], previous_len: int, known: tuple[Board, int] | None = None) -> _Reading:
+        """What `obs` says: its board, the verdict on the last move and why. `known`: the board
+        read last step and its filled cells, for a server that sends the board as a field."""
+        value = obs.get("board")
+        following = _next_board(value, *known) if known is not None else None
+        board, filled = following if following is not None else (_structured_board(value), None)
         if board is not None:
             last_move = obs.get("last_move")
             last: dict[str, Any] = last_move if isinstance(last_move, dict) else {}
@@ -423,7 +463,7 @@ class SudokuScheduler(OpenEnvScheduler):
             verdict: Verdict | None = said if said in ("valid", "invalid", "bad_format") else None
             reason = last.get("reason")
             # The transcript's length only matters to a server that sends no board.
-            return _Reading(board, verdict, str(reason) if reason else None, previous_len)
+            return _Reading(board, verdict, str(reason) if reason else None, previous_len, filled)
         text = _transcript(obs)
         # Cumulative transcript: only what was added since the previous observation is news.
         new_text = text[previous_len:] if len(text) >= previous_len else text
@@ -500,15 +540,19 @@ class SudokuScheduler(OpenEnvScheduler):
         action = self.parse_action(response_text) if self._parse_action_overridden else {"message": _fmt_move(move)}
         result, duration = await self.env_step(trajectory, action)
         obs = episode.observation
-        reading = self._read(obs, state.transcript_len)
+        reading = self._read(obs, state.transcript_len, (state.board, state.filled) if state.structured else None)
         board_before = state.board
         board_after = reading.board or board_before
         verdict = reading.verdict if state.structured else self._text_verdict(reading, board_before, board_after, move, result)
         server_parts = self._server_parts(result) if self.server_rewards else None
         if server_parts is not None:
-            components = state.record(move, verdict, board_after, server_parts, reading.reason)
+            components = state.record(
+                move, verdict, board_after, server_parts, reading.reason, filled=reading.filled, owned=True
+            )
         else:
-            components = state.score(move, verdict, board_after, float(result.reward or 0.0), reading.reason)
+            components = state.score(
+                move, verdict, board_after, float(result.reward or 0.0), reading.reason, filled=reading.filled, owned=True
+            )
         state.transcript_len = reading.transcript_len
         info = self.step_info(result)
         info["verdict"] = verdict
@@ -535,7 +579,18 @@ class SudokuScheduler(OpenEnvScheduler):
 
     def _server_parts(self, result: StepResult[Any]) -> dict[str, float] | None:
         """The server's five components for this step, when it sent all five."""
-        parts = components_from(result.metadata)
+        metadata = result.metadata
+        sent = metadata.get(REWARD_COMPONENTS) if metadata else None
+        if type(sent) is dict and len(sent) == len(SUDOKU_COMPONENTS):
+            # The usual case, checked in C: the five, finite floats (`components_from`'s check).
+            try:
+                values = _SUDOKU_PARTS(sent)
+            except KeyError:
+                pass
+            else:
+                if all_finite_floats(values):
+                    return dict(zip(SUDOKU_COMPONENTS, values))
+        parts = components_from(metadata)
         if parts is None:
             return None
         try:

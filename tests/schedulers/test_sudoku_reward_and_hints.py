@@ -218,3 +218,77 @@ def test_a_board_field_is_read_as_a_fresh_nine_by_nine_of_ints(given: object, re
     if board is not None:
         assert all(type(row) is list for row in board) and all(type(v) is int for row in board for v in row)
         assert not any(row is given_row for row, given_row in zip(board, given))  # type: ignore[call-overload]
+
+
+def test_a_board_read_after_the_last_one_is_the_board_read_whole() -> None:
+    """Each step's board is read against the last one (only changed rows checked and counted):
+    it must give what reading it whole gives, filled count included, with no row of the
+    observation's own in it, for changed rows of every kind a server may send."""
+    from envsdk.schedulers.sudoku import _next_board, _structured_board
+
+    rng = random.Random(7)
+    odd_rows: list[object] = [[None, "", 5.0] + [0] * 6, [True] + [0] * 8, [0] * 8, (0,) * 9, _Row([2] * 9), "row"]
+    checked = 0
+    for trial in range(400):
+        known = _puzzle(trial % 5, rng.randrange(20, 70))
+        given: list[object] = [list(row) for row in known]
+        for _ in range(rng.randrange(0, 3)):
+            r, c = rng.randrange(9), rng.randrange(9)
+            row = list(given[r])  # type: ignore[call-overload]
+            row[c] = rng.choice([0, 1, 9, 1.0, True, None])
+            given[r] = row
+        if rng.random() < 0.3:
+            given[rng.randrange(9)] = rng.choice(odd_rows)
+        whole = _structured_board(given)
+        following = _next_board(given, known, count_filled(known))
+        if following is None:
+            continue  # a row that is not 9 plain ints: read whole instead
+        checked += 1
+        board, filled = following
+        assert board == whole and filled == count_filled(board)
+        assert all(type(v) is int for row in board for v in row)
+        assert not any(row is given_row for row, given_row in zip(board, given))
+    assert checked > 100
+    assert _next_board([[0] * 9] * 8, _puzzle(0, 30), 30) is None
+    assert _next_board({"r": [0] * 9}, _puzzle(0, 30), 30) is None
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5, "correct": 0.0},
+        {"empty_cell": 1, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5, "correct": 0.0},  # an int
+        {"empty_cell": 1.0, "valid_move": None, "repetition": 0.0, "progress": 0.5, "correct": 0.0},
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5},  # four
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5, "correct": 0.0, "x": 2.0},
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5, "correct": 0.0, "x": "bad"},
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": float("inf"), "correct": 0.0},
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 1e308, "correct": 1e308},
+        {"empty_cell": 1.0, "valid_move": 1.0, "repetition": 0.0, "progress": 0.5, "bonus": 0.0},
+    ],
+)
+def test_the_server_parts_are_read_as_the_general_reading_reads_them(sent: dict[str, object]) -> None:
+    """The scheduler reads the server's five parts through a check done in C; what it reads, or
+    refuses, is what reading them with `components_from` gives."""
+    from envsdk.rewards.parts import components_from
+    from envsdk.schedulers.sudoku import SUDOKU_COMPONENTS
+    from envsdk.types import StepResult
+
+    result = StepResult(observation={}, reward=0.0, done=False, metadata={"reward_components": sent})
+
+    def expected() -> dict[str, float] | None:
+        parts = components_from(result.metadata)
+        if parts is None or any(parts.get(name) is None for name in SUDOKU_COMPONENTS):
+            return None
+        return {name: float(parts[name]) for name in SUDOKU_COMPONENTS}  # type: ignore[arg-type]
+
+    try:
+        want: object = expected()
+    except ValueError:
+        with pytest.raises(ValueError):
+            SudokuScheduler()._server_parts(result)
+        return
+    got = SudokuScheduler()._server_parts(result)
+    assert got == want
+    if got is not None:
+        assert list(got) == list(SUDOKU_COMPONENTS) and all(type(v) is float for v in got.values())
