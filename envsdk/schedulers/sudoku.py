@@ -43,7 +43,12 @@ from typing import Any, Literal, NamedTuple
 from envsdk.errors import ServerError
 from envsdk.games import sudoku as game
 from envsdk.games.sudoku import Board
-from envsdk.rewards.parts import REWARD_COMPONENTS, REWARD_PARTS, all_finite_floats, components_from
+from envsdk.rewards.parts import (
+    REWARD_COMPONENTS,
+    REWARD_PARTS,
+    all_finite_floats,
+    components_from,
+)
 from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import OpenEnvScheduler, RemoteEpisode
 from envsdk.types import StepResult
