@@ -31,6 +31,7 @@ from typing import IO, Any, Protocol, TypedDict, runtime_checkable
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import mask_secrets
+from envsdk.policies.base import Policy as BasePolicy
 from envsdk.records import (
     TEMPORARY_SUFFIX,
     RecordError,
@@ -199,7 +200,10 @@ class MultiTurnScheduler(abc.ABC):
             if callable(for_episode):
                 policy = for_episode(trajectory.request)
             act_ex = getattr(policy, "act_ex", None)
-            act = act_ex if callable(act_ex) else policy.act
+            # The base class's act_ex only wraps act's text: act is called itself (one coroutine
+            # and one PolicyOutput a turn fewer), and its reply reads the same.
+            wraps_act = getattr(type(policy), "act_ex", None) is BasePolicy.act_ex
+            act = act_ex if callable(act_ex) and not wraps_act else policy.act
             await self.on_trajectory_start(trajectory)
             conversation: list[dict[str, Any]] = []
             for turn in range(1, self.max_turns + 1):

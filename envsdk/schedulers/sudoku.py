@@ -35,9 +35,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress
 from math import fsum
-from operator import itemgetter
+from operator import itemgetter, ne
 from typing import Any, Literal, NamedTuple
 
 from envsdk.errors import ServerError
@@ -376,15 +376,15 @@ def _next_board(value: Any, known: Board, filled: int) -> tuple[Board, int] | No
     counted. None when a row is not 9 plain ints (`_structured_board` then reads it)."""
     if type(value) is not list or len(value) != 9:
         return None
-    board: Board = []
-    for row, was in zip(value, known):
-        if row == was:  # 9 values equal to ints (a 1.0 or a true is read as 1 all the same)
-            board.append(was)
-        elif type(row) is list and len(row) == 9 and set(map(type, row)) == _ONLY_INT:
-            board.append(row.copy())
-            filled += was.count(0) - row.count(0)
-        else:
+    if value == known:  # the move changed nothing (compared in C): the board as it was
+        return known, filled
+    board = list(known)
+    for index in compress(range(9), map(ne, value, known)):  # the rows that differ, found in C
+        row, was = value[index], known[index]
+        if type(row) is not list or len(row) != 9 or set(map(type, row)) != _ONLY_INT:
             return None
+        board[index] = row.copy()
+        filled += was.count(0) - row.count(0)
     return board, filled
 
 

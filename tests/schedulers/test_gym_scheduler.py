@@ -198,3 +198,18 @@ async def test_writer_keeps_every_field(registry: Registry[Any], tmp_path: Path)
     assert rec["timings"]["total_s"] > 0 and len(rec["steps"]) == 2 and "duration_s" in rec["steps"][0]
     assert [s["info"] for s in rec["steps"]] == [{"n": 1}, {"n": 2}]
     assert rec["messages"][-1] == {"role": "assistant", "content": "b"}
+
+
+async def test_an_envsdk_policy_whose_act_gives_a_cut_reply_is_read_as_cut(registry: Registry[Any]) -> None:
+    """A `Policy` subclass that keeps the base act_ex and returns a `PolicyOutput` from act: the
+    wrapper made it the text of another PolicyOutput, so the env was sent the object's repr and
+    the cut went unseen."""
+    from envsdk.policies import Policy, PolicyOutput
+
+    class CutsOnce(Policy):
+        async def act(self, messages: list[dict[str, Any]]) -> Any:
+            return PolicyOutput(text="abc", finish_reason="length")
+
+    [traj] = await GYMScheduler(registry=registry, max_turns=5).run(_rows(1), CutsOnce())
+    assert traj.status == "length" and traj.turns == 1 and not traj.steps
+    assert traj.messages[-1] == {"role": "assistant", "content": "abc"}
