@@ -1,6 +1,6 @@
 """Instructions the rollout process executes per episode in each arm of `bench.eval_overhead`.
 
-    .venv/bin/python -m bench.eval_instructions [--episodes 64] [--arms bare,bare_text,scheduler,harness]
+    .venv/bin/python -m bench.eval_instructions [--episodes 64] [--arms bare,bare_text,scheduler,harness] [--server]
 
 CPU time on a shared machine moves by several percent between two runs of the same work (the
 Sudoku server's CPU time for identical episodes differs that much between the arms of one
@@ -14,6 +14,12 @@ episodes, all at once, the oracle playing; the difference over `--episodes` is t
 instructions per episode, without start-up, imports and first-call caches. Instructions are not
 time (a cache miss costs more than an add; system calls are not counted), and the server's
 share of an episode is not in them: compare them with each other, arm against arm.
+
+With ``--server`` the Sudoku server's own instructions are counted too (a second server, under
+callgrind, serving the bare_text arm's rounds, one and two, played from this process): an
+episode's whole cost is its client's and its server's, and each arm's extra is then also given
+as a share of the bare_text loop's whole (client + server), the server's work being the same in
+every arm (the same seeds, the same moves).
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.eval_overhead import play_round, start_server, warm_boards
+import httpx
+
+from bench.eval_overhead import bare_round, play_round, start_server, warm_boards
 from envsdk.rollout import _set_up_collector
-from envsdk.testing import stop_process
+from envsdk.testing import free_port, stop_process
 
 ARMS = ("bare", "bare_text", "scheduler", "harness")
 CHILD_TIMEOUT_S = 1800  # one arm's rounds under callgrind: about 2 minutes each on 2 cores
@@ -66,11 +76,48 @@ def counted(arm: str, url: str, rounds: int, episodes: int) -> int:
         return int(found.group(1))
 
 
+def server_counted(rounds: int, episodes: int) -> int:
+    """Instructions of a Sudoku server process (under callgrind) serving `rounds` rounds of the
+    bare_text arm, after its boards are generated and one round warmed it."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", "servers.sudoku",
+             "--port", str(port), "--max-concurrent-envs", str(2 * episodes)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0", "ENVSDK_WEB": "0"},
+        )
+        try:
+            deadline = time.monotonic() + CHILD_TIMEOUT_S
+            while True:
+                try:
+                    if httpx.get(url + "/health", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("the Sudoku server under callgrind did not start")
+                time.sleep(1)
+            asyncio.run(warm_boards(url, list(range(episodes)), episodes))
+            for _ in range(1 + rounds):  # a first round fills first-call caches
+                asyncio.run(bare_round(url, episodes, 0, episodes, text=True))
+            server.send_signal(signal.SIGTERM)  # a graceful exit: callgrind writes its counts
+            server.wait(CHILD_TIMEOUT_S)
+        finally:
+            stop_process(server)
+        found = _TOTALS.search(out.read_text())
+        if found is None:
+            raise SystemExit("no instruction total in callgrind's output for the server")
+        return int(found.group(1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=64, help="episodes a round, all at once")
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--jobs", type=int, default=2, help="counted processes at once (the counts do not change)")
+    parser.add_argument("--server", action="store_true", help="count the server's instructions too (bare_text rounds)")
     parser.add_argument("--child", nargs=4, metavar=("ARM", "URL", "ROUNDS", "EPISODES"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
@@ -89,9 +136,11 @@ def main() -> int:
         asyncio.run(warm_boards(url, list(range(opts.episodes)), opts.episodes))
         with ThreadPoolExecutor(max(1, opts.jobs)) as pool:
             runs = {(arm, rounds): pool.submit(counted, arm, url, rounds, opts.episodes) for arm in arms for rounds in (1, 2)}
+            served = [pool.submit(server_counted, rounds, opts.episodes) for rounds in (1, 2)] if opts.server else []
             for arm in arms:
                 per_episode[arm] = (runs[arm, 2].result() - runs[arm, 1].result()) / opts.episodes
                 print(f"{arm}: {per_episode[arm] / 1e6:.2f} M instructions per episode", file=sys.stderr)
+            server_per_episode = (served[1].result() - served[0].result()) / opts.episodes if served else None
     finally:
         stop_process(server)
     print(f"\n{opts.episodes} Sudoku-v0 oracle episodes a round, all at once; instructions of the rollout process\n")
@@ -103,6 +152,14 @@ def main() -> int:
             for loop in ("bare", "bare_text")
         ]
         print(f"| {arm} | {count / 1e6:.2f} M | {cells[0]} | {cells[1]} |")
+    if server_per_episode is not None:
+        print(f"\nserver: {server_per_episode / 1e6:.2f} M instructions per bare_text episode")
+        if "bare_text" in per_episode:
+            whole = per_episode["bare_text"] + server_per_episode
+            for arm, count in per_episode.items():
+                extra = count - per_episode["bare_text"]
+                print(f"{arm} over bare_text: {extra / 1e6:+.2f} M = {extra / whole:+.1%} of the bare_text loop's whole "
+                      f"episode ({whole / 1e6:.2f} M: its client + the server)")
     return 0
 
 

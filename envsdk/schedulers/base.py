@@ -212,8 +212,11 @@ class MultiTurnScheduler(abc.ABC):
                 # A list of its own too: a policy may keep or extend the one it was given.
                 output = await act(list(conversation))
                 policy_s += time.perf_counter() - asked
-                text, finish_reason = completion_of(output)
-                _record_tokens(trajectory, output, turn)
+                if type(output) is str:  # a plain reply: no finish reason or token ids to look for
+                    text, finish_reason = output, None
+                else:
+                    text, finish_reason = completion_of(output)
+                    _record_tokens(trajectory, output, turn)
                 trajectory.messages.append({"role": "assistant", "content": text})
                 trajectory.turns = turn
                 if finish_reason == "length":

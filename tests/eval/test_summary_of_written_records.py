@@ -79,3 +79,19 @@ def test_a_record_that_is_not_valid_is_named_by_the_files_reading(tmp_path: Path
     assert written.facts is None
     with pytest.raises(EvalError, match=r"c\.jsonl:2: no numeric 'total_reward'"):
         finish_run(out, written)
+
+
+def test_the_summary_file_is_the_summary_one_line_per_example() -> None:
+    """``<stem>.eval.json`` is written with the C encoder (an indented dump is encoded in Python):
+    it must read back as the summary, keys in order, with one line per example."""
+    from envsdk.evaluate import summary_text
+
+    groups = [{"example": f"e{i}", "n": 2, "correct": i % 2, "mean_reward": i / 3, "reward_std": math.nan if i == 0 else 0.25,
+               "pass_at_k": {"1": 0.5, "2": 1.0}} for i in range(5)]
+    summary = {"records": 10, "examples": 5, "planned": None, "pass_at_k": {"1": 0.5}, "groups": groups}
+    text = summary_text(summary)
+    read = json.loads(text)
+    assert list(read) == list(summary) and read["groups"][1] == groups[1] and read["planned"] is None
+    assert math.isnan(read["groups"][0]["reward_std"])
+    assert sum(1 for line in text.splitlines() if line.lstrip().startswith('{"example"')) == 5
+    assert json.loads(summary_text({**summary, "groups": []}))["groups"] == []
