@@ -42,7 +42,7 @@ from envsdk.records import (
     Trajectory,
     check_record,
     hold_records,
-    record_line,
+    record_bytes,
     rehold,
     stated_success,
     summary_facts,
@@ -360,7 +360,7 @@ class TrajectoryWriter:
         if self._file is None:
             raise RuntimeError("TrajectoryWriter.write called outside its `with` block")
         record = trajectory.to_dict(self.form)
-        line = record_line(record).encode()
+        line = record_bytes(record)
         try:
             self._file.write(line)
             self._file.flush()
