@@ -260,12 +260,13 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         for name in [*values, *(n for n in per_step if n not in values)]
     }
     infos = {k: v for k, v in trajectory.rollout_infos.items() if k not in _NOT_INFOS and k not in values}
+    env_config = trajectory.env_config
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "uuid": trajectory.uuid,
-        "env": trajectory.env_config.get("name"),
+        "env": env_config.get("name"),
         "seed": trajectory.seed,
-        "env_config": trajectory.env_config,
+        "env_config": env_config,
         "status": trajectory.status,
         "reason": trajectory.reason,
         "error_kind": trajectory.error_kind,
