@@ -620,6 +620,9 @@ async def run_batches(
                 # Nobody here reads a trajectory before it ends: its infos are wanted once.
                 # A scheduler class of the user's own (a plugin's) may read them: kept as it is.
                 sched.infos_each_turn = False
+                if isinstance(sched, OpenEnvScheduler) and sched.max_concurrent_envs >= concurrency:
+                    # Run once, `concurrency` at a time: its limit on steps in flight cannot bind.
+                    sched.limit_steps = False
                 if writer is not None and release and record == "lean":
                     # Its lean records hold no per-step observation, and nobody sees a trajectory
                     # after its record: no step need keep its observation while the episode plays.

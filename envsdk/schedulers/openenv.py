@@ -181,6 +181,12 @@ class OpenEnvScheduler(MultiTurnScheduler):
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
 
+    #: False: whoever runs this scheduler keeps at most ``max_concurrent_envs`` trajectories in
+    #: flight, each making one call at a time, so the limit on steps in flight cannot bind and a
+    #: step does not take the semaphore (six Python calls a step). `envsdk.rollout.run_batches`
+    #: sets it on the schedulers it makes and runs once each, with that many at a time.
+    limit_steps: bool = True
+
     @property
     def semaphore(self) -> asyncio.Semaphore:
         """The scheduler-wide limit on resets and steps in flight (shared by every batch)."""
@@ -320,7 +326,10 @@ class OpenEnvScheduler(MultiTurnScheduler):
         """Send one step under the semaphore; return the result and its duration."""
         episode = self.episode(trajectory)
         started = time.perf_counter()
-        async with self.semaphore:
+        if self.limit_steps:
+            async with self.semaphore:
+                result = await episode.session.step(action)
+        else:
             result = await episode.session.step(action)
         episode.observation = _as_dict(result.observation)
         episode.last_result = result

@@ -179,3 +179,15 @@ async def test_infos_given_once_at_the_end_equal_infos_given_every_turn(echo_url
     every_turn, at_the_end = results
     assert all("rollout_infos" in r for r in every_turn)
     assert all("rollout_infos" not in r for r in at_the_end if not r["done"]) and len(at_the_end) >= 2
+
+
+async def test_a_run_bounded_to_the_limit_keeps_steps_within_it_without_the_semaphore(echo_url: str) -> None:
+    """`run_batches` runs each scheduler it makes once, `max_concurrent_envs` trajectories at a
+    time, and lets its steps skip the semaphore (`limit_steps` False): steps in flight must still
+    stay within the limit."""
+    counter = _InFlight()
+    sched = OpenEnvScheduler(max_concurrent_envs=3, max_turns=3, client_factory=counter)
+    sched.limit_steps = False
+    trajs = await sched.run(_rows(echo_url, 9), ScriptedPolicy(["sleep:0.05"] * 3), max_concurrency=3)
+    assert all(t.status == "max_turns" for t in trajs)
+    assert counter.peak == 3
