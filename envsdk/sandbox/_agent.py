@@ -383,6 +383,116 @@ def read_file(request):
             "truncated": len(data) > request["max_bytes"]}
 
 
+class Served:
+    """A process the host talks to line by line (`spawn`, `exchange`, `finish`): one at a time.
+
+    Its stdin and stdout are the channel (one line in, one line out); its stderr is drained
+    and kept up to ``output_bytes``. It runs with a run's limits, in its own session, and dies
+    with whatever it started at `finish`, at the next `spawn`, or when it breaks the channel
+    (EOF, a line over ``output_bytes``, no answer in time)."""
+
+    def __init__(self):
+        self.child = None
+        self.started = 0.0
+        self.buffer = b""
+        self.capture = None
+        self.ended = ""
+
+    def spawn(self, request):
+        self.finish({})
+        self.started = time.monotonic()
+        self.buffer, self.ended = b"", ""
+        self.child = subprocess.Popen(
+            request["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
+        )
+        os.set_blocking(self.child.stdin.fileno(), False)
+        os.set_blocking(self.child.stdout.fileno(), False)
+        # Only stderr is captured (bounded); stdout is the channel, read below.
+        self.capture = Capture({"stderr": self.child.stderr})
+        return {"pid": self.child.pid}
+
+    def exchange(self, request):
+        if self.child is None or self.ended:
+            return {"status": "closed", "detail": self.ended or "no process was started"}
+        deadline = time.monotonic() + request["timeout_s"]
+        out = base64.b64decode(request["data"]) + b"\n"
+        selector = self.capture.selector
+        stdin_fd, stdout_fd = self.child.stdin.fileno(), self.child.stdout.fileno()
+        selector.register(stdout_fd, selectors.EVENT_READ, "channel")
+        if out:
+            selector.register(stdin_fd, selectors.EVENT_WRITE, "input")
+        status = None
+        try:
+            while status is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    status = "timeout"
+                    break
+                for key, _ in selector.select(min(left, 0.5)):
+                    if key.data == "input":
+                        try:
+                            out = out[os.write(stdin_fd, out[:65536]):]
+                        except OSError:
+                            out = b""
+                        if not out:
+                            selector.unregister(stdin_fd)
+                    elif key.data == "channel":
+                        try:
+                            chunk = os.read(stdout_fd, 65536)
+                        except BlockingIOError:
+                            continue
+                        if not chunk:
+                            status = "eof"
+                            break
+                        self.buffer += chunk
+                        if b"\n" in self.buffer:
+                            status = "ok"
+                        elif len(self.buffer) > LIMITS["output_bytes"]:
+                            status = "too long"
+                    else:
+                        self.capture.read(key)
+                        if self.capture.exceeded:
+                            status = "too long"
+        finally:
+            for fd in (stdin_fd, stdout_fd):
+                if fd in selector.get_map():
+                    selector.unregister(fd)
+        if status != "ok":
+            self.ended = {"timeout": "it did not answer in time", "eof": "it closed its output",
+                          "too long": "it wrote more than its output limit"}[status]
+            self.stop()
+            return {"status": status, "detail": self.ended}
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        if len(line) > LIMITS["output_bytes"]:
+            self.ended = "its answer was longer than output_bytes"
+            self.stop()
+            return {"status": "too long", "detail": self.ended}
+        return {"status": "ok", "data": base64.b64encode(line).decode()}
+
+    def stop(self):
+        if self.child is None or self.child.poll() is not None:
+            return
+        try:
+            os.killpg(self.child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.child.wait()
+
+    def finish(self, request):
+        if self.child is None:
+            return {"returncode": 0, "stderr": "", "stderr_bytes": 0, "duration_s": 0.0}
+        self.stop()
+        kill_leftovers(keep=WORKER_PIDS())
+        self.capture.drain()
+        stderr, stderr_bytes = bytes(self.capture.kept["stderr"]), self.capture.seen["stderr"]
+        for stream in (self.child.stdin, self.child.stdout, self.child.stderr):
+            stream.close()
+        returncode, self.child = self.child.returncode, None
+        return {"returncode": returncode, "stderr": base64.b64encode(stderr).decode(), "stderr_bytes": stderr_bytes,
+                "duration_s": time.monotonic() - self.started}
+
+
 def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -393,7 +503,9 @@ def main():
     worker = Worker()
     WORKER_PIDS = lambda: {worker.process.pid} if worker.alive() else set()  # noqa: E731
     worker.start()  # ahead of the first snippet, so a warm sandbox has its interpreter ready
-    handlers = {"run": run, "python": worker.execute, "write": write_file, "read": read_file}
+    served = Served()
+    handlers = {"run": run, "python": worker.execute, "write": write_file, "read": read_file,
+                "spawn": served.spawn, "exchange": served.exchange, "finish": served.finish}
     out = sys.stdout.buffer
     out.write(b'{"ready": true}\n')
     out.flush()

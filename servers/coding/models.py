@@ -24,7 +24,7 @@ class CodeObservation(Observation):
     """What the code printed and its exit status (0 ok, 1 an exception, negative: killed).
 
     ``metadata``: ``task_id``, ``prompt`` and ``entry_point`` of the problem; after a step,
-    ``tests`` (``passed``, ``returncode``, ``output``, ``seconds``) when the program defines the
+    ``tests`` (``passed``, ``verdict``, ``output``, ``seconds``, ``timed_out``) when the program defines the
     entry point, ``timed_out``, ``truncated``, ``note``, and ``reward_components``
     (``compiles``, ``tests_passed``, ``time_s``).
     """
