@@ -27,7 +27,8 @@ with the caller's `actions`; when no reply makes a valid action, with invented f
 Replies (or actions) that reach the env's seeded logic are what lets the seeding rules see an env
 that ignores its seed: the generic replies may never get past its input check.
 
-The ``envsdk check-env TARGET`` command is added to a CLI by `add_check_env_parser`.
+The ``envsdk check-env TARGET`` command is added to a CLI by `add_check_env_parser`; with
+``--hacks`` it runs the reward-hack probe (`envsdk.hack_probe`) against a code env instead.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from envsdk._process import print_out
 from envsdk.env import Env, Environment, RolloutRequest, is_openenv_environment, overrides_async
 from envsdk.errors import EnvSDKError
 from envsdk.formats import ReplyParseError, parse_reply
+from envsdk.hack_probe.runner import DEFAULT_CONCURRENCY as DEFAULT_HACK_CONCURRENCY
+from envsdk.hack_probe.runner import HACK_ONLY, add_hack_arguments, run_hack_probe
 from envsdk.protocol import validation_errors, validation_message
 from envsdk.policies.scripted import GENERIC_REPLIES
 from envsdk.registry import envs, import_spec, load_plugins
@@ -1127,8 +1130,17 @@ def _json_action(text: str) -> dict[str, Any]:
     return value
 
 
+#: The options only the contract check reads, by destination, as the command line spells them.
+_CONTRACT_ONLY = {
+    "external_plugins": "--external-plugins", "seed": "--seed", "max_steps": "--max-steps",
+    "call_timeout": "--call-timeout", "replies": "--replies", "actions": "--action", "strict": "--strict",
+}
+_CONCURRENCY = 16
+
+
 def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``check-env TARGET [options]`` to an argparse CLI.
+    """Add ``check-env TARGET [options]`` (and ``check-env --hacks [...]``, the reward-hack probe
+    of `envsdk.hack_probe`) to an argparse CLI.
 
     The sub-command's ``func`` default is `run_check_env`, which returns the exit code.
     """
@@ -1139,16 +1151,23 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Run an environment directly and check its contract: return shapes, seeding"
             " (also under concurrency), steps after done, idempotent close. Exit code 0: every"
             " rule holds; 1: a rule is broken (or a warning, with --strict); 2: the target or an"
-            " option cannot be used."
+            " option cannot be used. With --hacks, probe a code env for reward hacks instead (below)."
         ),
     )
-    parser.add_argument("target", help="a registered env name, module:Class or path.py:Class")
+    parser.add_argument(
+        "target", nargs="?", default=None,
+        help="a registered env name, module:Class or path.py:Class (with --hacks: none, or coding)",
+    )
     parser.add_argument(
         "--external-plugins", "--external_plugins", dest="external_plugins", nargs="+",
         action="extend", default=[], metavar="FILE", help="plugin files to import first",
     )
     parser.add_argument("--seed", type=int, default=0, help="the seed to check with (default 0)")
-    parser.add_argument("--concurrency", type=int, default=16, help=f"concurrent resets, 2 to {MAX_CONCURRENCY} (default 16)")
+    parser.add_argument(
+        "--concurrency", type=int, default=None,
+        help=f"concurrent resets, 2 to {MAX_CONCURRENCY} (default {_CONCURRENCY}); with --hacks, episodes"
+        f" played at once (default {DEFAULT_HACK_CONCURRENCY})",
+    )
     parser.add_argument("--max-steps", type=int, default=50, help="steps to play at most, >= 1 (default 50)")
     parser.add_argument(
         "--call-timeout", type=float, default=DEFAULT_CALL_TIMEOUT_S, metavar="SECONDS",
@@ -1166,7 +1185,9 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="an action to play, as a JSON object (repeatable; Environment classes only)",
     )
     parser.add_argument("--strict", action="store_true", help="fail (exit 1) on warnings too")
-    parser.set_defaults(func=run_check_env)
+    add_hack_arguments(parser)
+    # What the contract check's own options hold when not given: --hacks refuses other values.
+    parser.set_defaults(func=run_check_env, contract_defaults={dest: parser.get_default(dest) for dest in _CONTRACT_ONLY})
     return parser
 
 
@@ -1186,9 +1207,20 @@ def run_check_env(args: argparse.Namespace) -> int:
 
 
 def _judge(args: argparse.Namespace) -> int:
+    if args.hacks:
+        given = [flag for dest, flag in _CONTRACT_ONLY.items() if getattr(args, dest) != args.contract_defaults[dest]]
+        return run_hack_probe(args, given)
+    stray = [flag for dest, flag in HACK_ONLY.items() if getattr(args, dest) is not None]
+    if stray:
+        print(f"envsdk check-env: error: {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} for --hacks", file=sys.stderr)
+        return 2
+    if args.target is None:
+        print("envsdk check-env: error: give a TARGET (an env name, module:Class or path.py:Class), or --hacks", file=sys.stderr)
+        return 2
+    concurrency = _CONCURRENCY if args.concurrency is None else args.concurrency
     # The options are checked before the target is imported: a bad one is the caller's mistake.
     try:
-        _check_counts(args.concurrency, args.max_steps, flags=True)
+        _check_counts(concurrency, args.max_steps, flags=True)
     except CheckOptionError as exc:
         print(f"envsdk check-env: error: {exc}", file=sys.stderr)
         return 2
@@ -1200,7 +1232,7 @@ def _judge(args: argparse.Namespace) -> int:
         return 2
     try:
         report = check_env(
-            target, seed=args.seed, concurrency=args.concurrency, max_steps=args.max_steps,
+            target, seed=args.seed, concurrency=concurrency, max_steps=args.max_steps,
             replies=tuple(args.replies) if args.replies else DEFAULT_REPLIES, actions=args.actions,
             call_timeout=args.call_timeout,
         )
