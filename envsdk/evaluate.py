@@ -2,11 +2,13 @@
 
 * **Groups.** ``envsdk rollout --rollouts-per-example R`` plays every example (a seed, or a
   dataset row) R times, as GRPO's ``num_generations`` does. Each record carries ``eval``:
-  ``{"example", "index", "run", "attempt"}`` — which example, which of its R rollouts, and which
-  run and attempt wrote it. `summarize_groups` gives per-example and overall pass@k for every
-  k ≤ R (the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over n rollouts with c successes),
-  the mean reward of each example and its spread, and the share of groups whose rewards do not
-  vary (a group GRPO learns nothing from).
+  ``{"example", "index", "run", "attempt"}`` — which example (a dataset row's uuid, the problem a
+  seed plays where its request names it, ``HumanEval/7``, else ``seed-N``), which of its R
+  rollouts, and which run and attempt wrote it. `summarize_groups` gives per-example and overall
+  pass@k for every k ≤ R (the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over n rollouts
+  with c successes), stated with what one rollout is where the run said (``"1 attempt per
+  sample, no test feedback"``), the mean reward of each example and its spread, and the share
+  of groups whose rewards do not vary (a group GRPO learns nothing from).
 * **Resume.** ``--resume`` continues a run into its existing ``completions.jsonl``: a torn last
   line (the process was killed while writing it) is cut off, every (example, index) with a
   record is skipped, and one whose record says ``status: error`` (a server went away) is played
@@ -162,6 +164,9 @@ class EvalSummary:
     repeated: int = 0
     #: What the run file beside the records planned, (examples, rollouts per example), when known.
     planned: tuple[int, int] | None = None
+    #: What one rollout of the run is, as a pass@k sample (``"1 attempt per sample, no test
+    #: feedback"``), when its run file says (`PlannedRun.sample`); pass@k is then stated with it.
+    sample: str | None = None
 
     @property
     def ks(self) -> list[int]:
@@ -182,6 +187,7 @@ class EvalSummary:
             "repeated_pairs": self.repeated,
             "planned": {"examples": self.planned[0], "rollouts_per_example": self.planned[1]} if self.planned else None,
             "pass_at_k": {str(k): v for k, v in self.pass_at.items()},
+            "sample": self.sample,
             "mean_reward": self.mean_reward,
             "zero_variance_share": self.zero_variance_share,
             "success_not_stated": self.unstated,
@@ -194,6 +200,11 @@ class EvalSummary:
             ],
         }
 
+    def pass_line(self) -> str:
+        """The overall pass@k line of `render`, with what a sample is when that is known."""
+        numbers = "  ".join(f"pass@{k}={v:.3f}" for k, v in self.pass_at.items())
+        return f"{'pass@k':<16}{numbers}" + (f" ({self.sample})" if self.sample else "")
+
     def render(self, examples: int = _PRINTED_EXAMPLES) -> str:
         """A plain-text table: the overall numbers, then up to `examples` per-example rows."""
         sizes = sorted({g.n for g in self.groups})
@@ -201,7 +212,7 @@ class EvalSummary:
         flat = sum(g.zero_variance for g in self.groups)
         lines = [
             f"{'groups':<16}{len(self.groups)} examples x {size} rollouts ({self.records} records)",
-            f"{'pass@k':<16}" + "  ".join(f"pass@{k}={v:.3f}" for k, v in self.pass_at.items()),
+            self.pass_line(),
             f"{'mean reward':<16}{number_text(self.mean_reward)}",
             f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
             "every rollout got the same reward)",
@@ -269,7 +280,8 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
     """Group `records` by example (`example_of`) and compute pass@k, mean rewards and spreads.
     A record counts as correct when its ``success`` is true (null, not stated, is not). Raises
     `EvalError` when there are none. `planned` (`planned_run`): what the run set out to play,
-    kept when every record is that run's, so the summary can say what is missing."""
+    kept when every record is that run's, so the summary can say what is missing and what one
+    rollout is (its ``sample``)."""
     grouped: dict[str, list[tuple[int, float, bool]]] = {}
     count = 0
     unstated = 0
@@ -302,6 +314,8 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
     # stand for the run while it left out every example a cut-short run played fewer times.
     smallest = min(g.n for g in groups)
     overall = {k: sum(g.pass_at[k] for g in groups) / len(groups) for k in ks if k <= smallest}
+    # What the run file planned speaks for the records only when every one is that run's.
+    ours = planned if planned is not None and runs == {planned.run} else None
     return EvalSummary(
         groups=groups,
         pass_at=overall,
@@ -310,16 +324,19 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
         records=count,
         unstated=unstated,
         repeated=repeated,
-        planned=(planned.examples, planned.rollouts) if planned is not None and runs == {planned.run} else None,
+        planned=(ours.examples, ours.rollouts) if ours is not None else None,
+        sample=ours.sample if ours is not None else None,
     )
 
 
 class PlannedRun(NamedTuple):
-    """What a run's file says it set out to play: its id, examples and rollouts per example."""
+    """What a run's file says it set out to play: its id, examples and rollouts per example, and
+    what one rollout is as a pass@k sample when the run said (`plan_run`'s `sample`)."""
 
     run: str
     examples: int
     rollouts: int
+    sample: str | None = None
 
 
 def planned_run(out: str | Path) -> PlannedRun | None:
@@ -334,8 +351,9 @@ def planned_run(out: str | Path) -> PlannedRun | None:
     if not isinstance(table, dict):
         return None
     run, examples, rollouts = table.get("id"), table.get("examples"), table.get("rollouts")
+    sample = table.get(_SAMPLE)
     if isinstance(run, str) and isinstance(examples, int) and isinstance(rollouts, int):
-        return PlannedRun(run, examples, rollouts)
+        return PlannedRun(run, examples, rollouts, sample if isinstance(sample, str) else None)
     return None
 
 
@@ -701,9 +719,13 @@ def resolve_run_options(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _example_id(request: RolloutRequest, from_dataset: bool) -> str:
+    """A dataset row's example is its uuid; a seed's is the name its request carries in
+    ``data_dict["eval"]["example"]`` (the problem it plays, e.g. ``HumanEval/7``), else ``seed-N``."""
     if from_dataset:
         return request.uuid
-    return f"seed-{request.env_config.get('seed')}"
+    tag = request.data_dict.get(EVAL_KEY)
+    named = tag.get("example") if isinstance(tag, dict) else None
+    return named if isinstance(named, str) else f"seed-{request.env_config.get('seed')}"
 
 
 def _holds_records(out: Path) -> bool:
@@ -728,6 +750,8 @@ def _other_records(out: Path) -> Path | None:
 _DATASET_DIGEST = "dataset_sha256"
 # The run table's digest of the options that say what the run plays (`options_digest`).
 _OPTIONS_DIGEST = "options_sha256"
+# The run table's key for what one rollout is as a pass@k sample (`plan_run`'s `sample`).
+_SAMPLE = "sample"
 
 
 def _file_digest(path: str | Path) -> str:
@@ -751,10 +775,14 @@ def check_rollouts(examples_are: str, examples: int, rollouts: int) -> None:
         )
 
 
-def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
+def plan_run(args: argparse.Namespace, batches: Sequence[_Batch], sample: str | None = None) -> RunPlan:
     """Expand each batch's requests into groups of ``--rollouts-per-example`` tagged rollouts and,
     with ``--resume``, drop those that already have a record; write the run file. Mutates the
-    batches' ``requests``."""
+    batches' ``requests``. `sample`: what one rollout is as a pass@k sample (``"1 attempt per
+    sample, no test feedback"``), kept in the run file for the summary to state with pass@k.
+
+    Raises `EvalError` when a resumed run's records name examples this run does not plan
+    (written by an envsdk that named them otherwise): they would be counted beside new ones."""
     rollouts = int(getattr(args, "rollouts_per_example", 1))
     examples = sum(len(b.requests) for b in batches)
     check_rollouts(f"{examples} examples", examples, rollouts)
@@ -842,10 +870,12 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
     planned = 0
     to_play = 0
     from_dataset = getattr(args, "dataset", None) is not None
+    examples_planned: set[str] = set()
     for batch in batches:
         expanded: list[RolloutRequest] = []
         for request in batch.requests:
             example = _example_id(request, from_dataset)
+            examples_planned.add(example)
             for index in range(rollouts):
                 planned += 1
                 if (example, index) in done:
@@ -856,6 +886,13 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
                 expanded.append(RolloutRequest(messages=copy.deepcopy(request.messages), data_dict=data, uuid=uuid))
         batch.requests[:] = expanded
         to_play += len(expanded)
+    unplanned = sorted({example for example, _ in done} - examples_planned, key=_natural_key)
+    if unplanned:
+        raise EvalError(
+            f"--resume: {out} holds records of example(s) this run does not plan ({', '.join(unplanned[:3])}"
+            f"{', ...' if len(unplanned) > 3 else ''}): written by an envsdk that named its examples otherwise; "
+            "start a new --out"
+        )
     if getattr(args, "tokens", False):
         for policy in {id(b.policy): b.policy for b in batches}.values():
             if hasattr(policy, "token_exact"):
@@ -872,6 +909,8 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch]) -> RunPlan:
         if dataset_digest is not None:
             run[_DATASET_DIGEST] = dataset_digest
         run[_OPTIONS_DIGEST] = options_digest(vars(args), parser, _CHANGEABLE_ON_RESUME)
+        if sample is not None:
+            run[_SAMPLE] = sample
         text = run_file_text(args, parser, run)
     return RunPlan(
         run_id, attempt, planned, len(done), moved, to_play, append=resuming, notes=notes, out=out, run_file_text=text,
@@ -896,9 +935,9 @@ def summary_path(out: str | Path) -> Path:
     return path.with_name(f"{path.stem}.eval.json")
 
 
-def finish_run(out: str | Path | None, written: RecordsWritten | None = None) -> str | None:
+def finish_run(out: str | Path | None, written: RecordsWritten | None = None) -> EvalSummary | None:
     """Summarize every record in `out` (all attempts of the run): write ``<stem>.eval.json``
-    and return the printed table; None without records.
+    and return the summary (its `EvalSummary.render` is the printed table); None without records.
 
     `written` (what this process's writer wrote, `TrajectoryWriter.written`) spares reading its
     records back: only the bytes before them are read, when the file ends where the writer left
@@ -915,7 +954,7 @@ def finish_run(out: str | Path | None, written: RecordsWritten | None = None) ->
         return None
     summary = summarize_groups(records, planned_run(path))
     write_atomically(summary_path(out), summary_text(summary.to_dict()))
-    return summary.render()
+    return summary
 
 
 # ---------------------------------------------------------------- re-scoring

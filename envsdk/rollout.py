@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 from envsdk._process import flush_out, print_out
 from envsdk.env import RolloutRequest
 from envsdk.errors import EnvNotFoundError
-from envsdk.evaluate import add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
+from envsdk.evaluate import EVAL_KEY, add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
     LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, mean_and_std, number_text, quantile, read_jsonl, success_text,
@@ -790,7 +790,10 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="number of episodes",
     )
     parser.add_argument("--concurrency", type=int, default=8, help="episodes played at once")
-    parser.add_argument("--max-turns", type=int, default=None, help="turns per episode at most (default: the scheduler's)")
+    parser.add_argument(
+        "--max-turns", type=int, default=None,
+        help="turns per episode at most (default: the scheduler's; coding: 1, a single attempt with no test feedback)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (the next ones count up)")
     parser.add_argument(
         "--env-config", type=_json_object, default=None, metavar="JSON",
@@ -1046,6 +1049,8 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             check_env_name(config["name"], config.get("base_url"))
             _check_rows(config["name"], config, args, f"{args.dataset} line {line}")
             groups.setdefault((config["name"], "base_url" in config), []).append(row)
+        if (CODING, False) in groups:
+            _coding_task_ids(f"{args.dataset}: the coding env")  # its server starts here: refused now, not then
         batches = [
             Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None)
             for (env, remote), group in groups.items()
@@ -1077,10 +1082,71 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     given = {"base_url": base_url} if base_url is not None else {}
     _check_rows(default_env, {**(args.env_config or {}), "name": default_env, **given}, args, "--env-config")
     requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)
+    if default_env == CODING:
+        _name_coding_examples(requests, args.episodes)
     batch = Batch(default_env, requests, policy(default_env), base_url)
     if args.scheduler in (None, "gym"):
         _check_local_config(batch, "--env-config")
     return [batch]
+
+
+def _coding_task_ids(where: str) -> list[str]:
+    """HumanEval's task ids in the order the coding server numbers its problems; `UsageError`
+    (naming the ``coding`` extra) when the task set cannot be read here."""
+    from envsdk.games.humaneval import TaskSetError, humaneval
+
+    try:
+        return [problem.task_id for problem in humaneval()]
+    except TaskSetError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _name_coding_examples(requests: Sequence[RolloutRequest], episodes: int) -> None:
+    """Ask the coding server for each row's problem by task id, and name the row's example by it
+    (``HumanEval/7``, in records, summaries and pass@k groups). A row plays the problem its seed
+    numbers (the server's ``seed % 164``), unless ``--env-config``'s ``reset_kwargs`` (the same
+    in every row) pins a ``task_id`` or ``seed``.
+
+    Raises `UsageError` when the rows would play a problem twice: pass@k would count each
+    repeat as another example, where ``--rollouts-per-example`` samples one example again."""
+    task_ids = _coding_task_ids("--env coding")
+    pinned: dict[str, Any] = {}
+    for request in requests:
+        config = request.data_dict["env_config"]
+        pinned = config.get("reset_kwargs", {})
+        if not isinstance(pinned, dict):
+            raise UsageError(f"--env-config: reset_kwargs must be a JSON object, got {json.dumps(pinned)}")
+        task = pinned.get("task_id")
+        if task is None:
+            seed = pinned.get("seed", config["seed"])
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise UsageError(f"--env-config: reset_kwargs seed must be an integer, got {json.dumps(seed)}")
+            task = task_ids[seed % len(task_ids)]
+        config["reset_kwargs"] = {**pinned, "task_id": task}
+        request.data_dict[EVAL_KEY] = {"example": str(task)}
+    distinct = len({request.data_dict[EVAL_KEY]["example"] for request in requests})
+    if distinct < episodes:
+        pin = next((key for key in ("task_id", "seed") if key in pinned), None)
+        why = (
+            f"--env-config's reset_kwargs pins {pin} {pinned[pin]!r}" if pin is not None
+            else f"HumanEval has {len(task_ids)}: the seeds past them wrap around"
+        )
+        raise UsageError(
+            f"--episodes {episodes} would play only {distinct} distinct HumanEval problem(s) ({why}), and pass@k "
+            f"would count each repeat as another example: give --episodes {distinct} at most, and "
+            "--rollouts-per-example R for R samples of each problem"
+        )
+
+
+def _sample_of(args: argparse.Namespace, batches: Sequence[Batch]) -> str | None:
+    """What one rollout is as a pass@k sample, when the run plays only the coding env with its
+    own scheduler (`envsdk.schedulers.coding.sample_text`): the summary states pass@k with it.
+    None for any other run."""
+    if args.scheduler not in (None, "coding") or any(batch.env != CODING for batch in batches):
+        return None
+    from envsdk.schedulers.coding import DEFAULT_MAX_TURNS, sample_text
+
+    return sample_text(args.max_turns or DEFAULT_MAX_TURNS)
 
 
 def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
@@ -1305,7 +1371,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         if args.out:
             # From reading what a resumed run has to writing its summary, --out is this run's alone.
             hold.enter_context(hold_records(args.out))
-        plan = plan_run(args, batches)
+        plan = plan_run(args, batches, _sample_of(args, batches))
     except RecordsBusy as exc:
         print(f"envsdk rollout: error: --out {exc} (a run that was stopped continues with --resume)", file=sys.stderr)
         return 2
@@ -1323,7 +1389,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         if failed is not None:
             return failed
         print_out(f"nothing left to play: all {plan.planned} rollouts of run {plan.run_id} have a record")
-        print_out(str(finish_run(args.out)))
+        summary = finish_run(args.out)
+        if summary is not None:
+            print_out(summary.render())
         return 0
     try:
         _preflight(args, batches)
@@ -1405,7 +1473,10 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     # A table of one-rollout groups says nothing the summary above did not (every such group
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
-        print_out(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups}")
+        print_out(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups.render()}")
+    elif groups is not None and groups.sample is not None:
+        # pass@1 equals the success rate above, but only this line says what a sample was.
+        print_out(f"\n{groups.pass_line()}")
     if args.out and not kept():
         print_out(f"\ntrajectories written to {args.out}")
     if report.stopped is not None:

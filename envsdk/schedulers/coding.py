@@ -1,10 +1,14 @@
 """`CodingScheduler`: a model writes Python, the coding server runs it and scores it with tests.
 
 What the model reads: at reset, the problem (the function's signature and docstring) and how
-to answer (a fenced Python block); after each step, the exit code, what the code printed and
-the test verdict. What is sent: the last fenced code block of the reply (```` ```python ````
-or a bare fence), else the whole reply, as ``{"code": ...}``: OpenEnv's ``CodeAction``.
-Success: the problem's tests passed.
+to answer (a fenced Python block); after each step, what its code did (exit status, what it
+printed), then the test verdict with its feedback (`render_code_observation`). What is sent:
+the last fenced code block of the reply (```` ```python ```` or a bare fence), else the whole
+reply, as ``{"code": ...}``: OpenEnv's ``CodeAction``. Success: the problem's tests passed.
+
+An episode is one attempt (`DEFAULT_MAX_TURNS`), as lm-eval and evalplus count HumanEval's
+pass@1; with ``max_turns`` N > 1 the model reads the test feedback and tries again, up to N
+times, and a success means "solved within N turns" (`sample_text` says which).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Any
 from envsdk.schedulers.base import Trajectory
 from envsdk.schedulers.openenv import OpenEnvScheduler
 
-__all__ = ["CodingScheduler", "extract_code", "render_code_observation", "CODE_INSTRUCTIONS"]
+__all__ = [
+    "CODE_INSTRUCTIONS", "DEFAULT_MAX_TURNS", "CodingScheduler", "extract_code", "render_code_observation", "sample_text",
+]
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -26,6 +32,16 @@ CODE_INSTRUCTIONS = (
 )
 #: Most characters of a stream shown back to the model.
 SHOWN_CHARS = 2000
+#: Turns of an episode unless ``max_turns`` says otherwise: a single attempt with no feedback.
+DEFAULT_MAX_TURNS = 1
+
+
+def sample_text(max_turns: int) -> str:
+    """What one episode of at most `max_turns` turns is, as a pass@k sample: one attempt with
+    no test feedback, or an answer improved on the tests' feedback up to `max_turns` times."""
+    if max_turns == 1:
+        return "1 attempt per sample, no test feedback"
+    return f"solved within {max_turns} turns with test feedback"
 
 
 def extract_code(text: str) -> str:
@@ -43,28 +59,57 @@ def _tail(text: str) -> str:
 
 
 def render_code_observation(obs: dict[str, Any], previous: dict[str, Any] | None = None) -> str:
-    """The user message for a coding observation (the reset's problem, or a step's result)."""
+    """The user message for a coding observation: at reset (`previous` None) the instructions
+    and the problem; after a step, what the code run did (`_run_line`, then its stdout and
+    stderr tails and the sandbox's note), then the test verdict and its feedback (`_tests_text`)."""
     meta = obs.get("metadata") or {}
     if previous is None:
         return f"{CODE_INSTRUCTIONS}\n\n```python\n{meta.get('prompt', '')}```"
-    lines = [f"exit code: {obs.get('exit_code', 0)}"]
-    if obs.get("stdout"):
-        lines.append(f"stdout:\n{_tail(str(obs['stdout']))}")
-    if obs.get("stderr"):
-        lines.append(f"stderr:\n{_tail(str(obs['stderr']))}")
-    tests = meta.get("tests")
-    if isinstance(tests, dict):
-        lines.append("tests: passed" if tests.get("passed") else f"tests: failed\n{_tail(str(tests.get('output', '')))}")
-    else:
-        lines.append(f"tests: not run ({meta.get('entry_point', 'the function')} is not defined yet)")
+    lines = [_run_line(obs.get("exit_code", 0), bool(meta.get("timed_out")))]
+    for stream in ("stdout", "stderr"):
+        text = str(obs.get(stream) or "").rstrip("\n")
+        if text:
+            lines.append(f"{stream}:\n{_tail(text)}")
+    if meta.get("note"):
+        lines.append(f"note: {meta['note']}")
+    lines.append(_tests_text(meta.get("tests"), str(meta.get("entry_point", "the function"))))
     return "\n".join(lines)
+
+
+def _run_line(exit_code: Any, timed_out: bool) -> str:
+    """What running the code did, said so that a clean run is not read as passing the tests
+    (exit status 0 reads as success, and the tests are a separate run)."""
+    if timed_out:
+        return "your code was stopped: it ran past its time limit"
+    if exit_code == 0:
+        return "your code ran without an error (exit status 0)"
+    if exit_code == 1:  # the sandbox's interpreter exits 1 on an uncaught exception
+        return "your code raised an exception (exit status 1)"
+    if isinstance(exit_code, int) and exit_code < 0:
+        return f"your code was killed (signal {-exit_code})"
+    return f"your code exited with status {exit_code}"
+
+
+def _tests_text(tests: Any, entry_point: str) -> str:
+    """The test verdict and its feedback: ``tests: <verdict>``, then the output when there is
+    any (none when the server hides the tests). Reads the server's ``tests`` of either shape:
+    ``passed``/``verdict``/``output``, or the older ``passed``/``returncode``/``output``."""
+    if not isinstance(tests, dict):
+        return f"tests: not run yet ({entry_point} is not defined)"
+    verdict = tests.get("verdict")
+    if not isinstance(verdict, str):
+        verdict = "passed" if tests.get("passed") else "timed out" if tests.get("timed_out") else "failed"
+    output = str(tests.get("output") or "").rstrip()
+    if verdict == "passed" or not output:
+        return f"tests: {verdict}"
+    return f"tests: {verdict}\n{_tail(output)}"
 
 
 class CodingScheduler(OpenEnvScheduler):
     """Episodes of the coding server (`servers.coding`): see the module docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("max_turns", 4)
+        kwargs.setdefault("max_turns", DEFAULT_MAX_TURNS)
         kwargs.setdefault("formatter", render_code_observation)
         super().__init__(**kwargs)
 

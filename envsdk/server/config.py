@@ -359,6 +359,17 @@ def non_negative_int(text: str) -> int:
     return _int_from(text, 0, "an integer >= 0")
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (seconds, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def port_number(text: str) -> int:
     """argparse type of a server's ``--port``: a TCP port, 0 to 65535 (0: one the OS picks)."""
     try:

