@@ -5,7 +5,10 @@ timeout: `subprocess.run`'s vocabulary, answered with a `CompletedRun`) and snip
 persistent Python interpreter (`Sandbox.run_python`), reads and writes files in its workspace,
 and is closed. Every call has a deadline; every run gets the CPU-time, address-space,
 process-count, file-size and open-file limits of `SandboxLimits`; whatever a run leaves
-running is killed when it ends; `close` kills every process and removes every file.
+running is killed when it ends, and the interpreter is frozen between snippets, so no code runs
+once its run is answered; where the host has cgroup v1 (`envsdk.sandbox.cgroups`), memory and
+process count also hold for the sandbox as a whole; `close` kills every process and removes
+every file (and cgroup).
 
 How it works: a provider only says how to start one process isolated in its way
 (`SandboxProvider.command`, as an httpx transport only says how bytes travel). That process is
@@ -15,17 +18,18 @@ the limits, as a child subreaper, and answers one JSON line per request.
 Providers here:
 
 * `BubblewrapProvider` (``bwrap``): Linux namespaces: no network, read-only ``/usr`` only,
-  private tmpfs workspace and ``/tmp`` bounded in bytes, own PID namespace, cleared
-  environment. The one to use.
+  one private tmpfs of ``disk_bytes`` for all the sandbox writes (workspace, ``/tmp``,
+  ``/dev/shm``), own PID namespace, cleared environment. The one to use.
 * `ProcessProvider`: plain processes with rlimits and process groups, **weaker**: no network,
-  file-system or process-table isolation (its docstring lists what it cannot stop). For
-  machines without bubblewrap, and trusted code.
+  file-system or process-table isolation (its docstring lists what it cannot stop); as root,
+  what its user id leaves in the host's shared places is removed at close. For machines
+  without bubblewrap, and trusted code.
 
 Not here, and what they would add. A Docker (or Podman) provider would be one class whose
 ``command`` is ``docker run --rm -i --network none --read-only --tmpfs /workspace:size=...
 --pids-limit --memory --cpus IMAGE python -c AGENT``: cgroup limits on memory, CPU share and
-process count for the whole sandbox (not per process), and an image with the task's
-dependencies; it is not here because a Docker daemon cannot run on these machines, so it
+process count for the whole sandbox on any host (cgroup v2 included), and an image with the
+task's dependencies; it is not here because a Docker daemon cannot run on these machines, so it
 could not be tested. A remote provider (a sandbox service, or SSH to a worker) would replace
 the agent's pipes with a connection and add start-up over the network, machine-level
 isolation and scale beyond one host; it needs a service to test against, which is not

@@ -82,10 +82,23 @@ def _limit_child(cpu_hard=None):
     os.nice(10)
 
 
+def _first_for_oom_killer(pid):
+    """When the sandbox's memory cgroup is full, the kernel's OOM killer takes this process
+    (a run's, the interpreter) before the agent that answers for the sandbox. Set from here
+    once it runs (a preexec_fn cannot: a child of this non-dumpable agent may not write its
+    own /proc files before its exec)."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 # The /proc walk here and in `_descendants` repeats `envsdk.sandbox.base.process_tree` on
 # purpose: this file runs alone in the sandbox's interpreter and cannot import envsdk.
 def _children_map():
-    children = {}
+    """Each pid's children, and which pids are zombies."""
+    children, zombies = {}, set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -94,62 +107,49 @@ def _children_map():
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    return children
+        state, ppid = stat[stat.rindex(b")") + 2:].split()[:2]
+        children.setdefault(int(ppid), []).append(int(name))
+        if state == b"Z":
+            zombies.add(int(name))
+    return children, zombies
 
 
 def _descendants(root, keep):
-    tree = _children_map()
+    """Every descendant of `root` but the `keep` pids themselves (theirs are included), and
+    the set of zombies."""
+    tree, zombies = _children_map()
     found, todo = [], list(tree.get(root, []))
     while todo:
         pid = todo.pop()
-        if pid in keep:
-            continue
-        found.append(pid)
+        if pid not in keep:
+            found.append(pid)
         todo.extend(tree.get(pid, []))
-    return found
-
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    return found, zombies
 
 
 def kill_leftovers(keep=()):
-    """SIGSTOP then SIGKILL every descendant of the agent but `keep` (and theirs), until none
-    is left: stopped processes cannot fork while the rest are being killed."""
+    """SIGSTOP then SIGKILL every descendant of the agent but the `keep` processes themselves
+    (what they started is a leftover too), until none is left: stopped processes cannot fork
+    while the rest are being killed. Zombies are reaped where they are the agent's own; the
+    others are dead already (a frozen interpreter's, reaped when it goes)."""
     keep = set(keep)
     for _ in range(100):
-        pids = _descendants(os.getpid(), keep)
-        if not pids:
+        pids, zombies = _descendants(os.getpid(), keep)
+        for pid in zombies.intersection(pids):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        living = [pid for pid in pids if pid not in zombies]
+        if not living:
             return
         for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
+            for pid in living:
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
         time.sleep(0.01)
-        _reap_except(keep)
-
-
-def _reap_except(keep):
-    if not keep:
-        _reap()
-        return
-    for pid in _descendants(os.getpid(), set()):
-        if pid in keep:
-            continue
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 class Capture:
@@ -218,6 +218,7 @@ def run(request):
             request["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
         )
+        _first_for_oom_killer(child.pid)
     except OSError as exc:
         # As a shell answers a command it cannot run: status 127 and the reason on stderr.
         message = f"cannot run {request['argv'][:1]}: {exc}\n".encode()
@@ -256,7 +257,13 @@ def run(request):
 
 
 class Worker:
-    """The persistent interpreter: one child process per sandbox, restarted when it dies."""
+    """The persistent interpreter: one child process per sandbox, restarted when it dies.
+
+    Between snippets it is frozen (SIGSTOP, which cannot be caught or ignored): no code of it
+    runs once its snippet is answered, whatever timer, signal handler or forged "done" line
+    the snippet left; it gets CPU again only inside the next snippet's own deadline and CPU
+    budget. What a snippet started is killed when it is answered. Its names stay.
+    """
 
     def __init__(self):
         self.process = None
@@ -277,10 +284,32 @@ class Worker:
             start_new_session=True, preexec_fn=lambda: _limit_child(LIMITS["cpu_s"] * WORKER_CPU_RUNS),
             pass_fds=(write_fd, code_read),
         )
+        _first_for_oom_killer(self.process.pid)
         os.close(write_fd)
         os.close(code_read)
         self.control = read_fd
         self.code = os.fdopen(code_write, "wb")
+
+    def freeze(self):
+        """Stop the interpreter and its process group until `thaw`."""
+        self._signal_group(signal.SIGSTOP)
+
+    def thaw(self):
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig):
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _spoke_out_of_turn(self):
+        """Whether the control pipe holds something before a snippet was sent: a line the last
+        snippet wrote there itself, which would answer the next one before it ran."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.control, selectors.EVENT_READ)
+            return bool(selector.select(0))
 
     def stop(self):
         """Kill the interpreter and everything it started; returns its exit status."""
@@ -305,7 +334,7 @@ class Worker:
     def execute(self, request):
         started = time.monotonic()
         deadline = started + request["timeout_s"]
-        restarted = not self.alive()
+        restarted = not self.alive() or self._spoke_out_of_turn()
         if restarted:
             self.stop()
             self.start()
@@ -319,6 +348,7 @@ class Worker:
         code = request["code"].encode()
         capture = Capture({"stdout": self.process.stdout, "stderr": self.process.stderr})
         capture.selector.register(self.control, selectors.EVENT_READ, "control")
+        self.thaw()
         try:
             self.code.write(b"%d\n" % len(code) + code)
             self.code.flush()
@@ -339,9 +369,12 @@ class Worker:
                 if not chunk:
                     status = "died"
                 elif line.endswith(b"\n"):
-                    status = int(line)
+                    status = _status(line)
+        # At once: from here on nothing the snippet set up runs, and its output is final.
+        self.freeze()
         capture.selector.unregister(self.control)
         if status is not None:
+            kill_leftovers(keep={self.process.pid})
             capture.drain()
         if status is None or status == "died":
             returncode = self.stop()
@@ -352,10 +385,18 @@ class Worker:
             if int(self._stat("status").split(b"Threads:")[1].split()[0]) > 1:
                 self.stop()
                 note = "threads outlived the snippet: the interpreter was restarted, its state is lost"
-            else:
-                kill_leftovers(keep={self.process.pid})
         return {**capture.result(), "returncode": returncode, "timed_out": timed_out,
                 "restarted": restarted, "note": note, "duration_s": time.monotonic() - started}
+
+
+def _status(line):
+    """A snippet's exit status from the worker loop's one line on the control pipe; anything
+    but one integer was written by the snippet itself, which counts as the interpreter dying
+    (it is restarted)."""
+    try:
+        return int(line)
+    except ValueError:
+        return "died"
 
 
 def _workspace_path(relative):
@@ -383,6 +424,75 @@ def read_file(request):
             "truncated": len(data) > request["max_bytes"]}
 
 
+class Forked:
+    """A fresh copy of this agent, forked, that runs Python `source` as its main module: the
+    cost of a fork instead of an interpreter's start-up. Before the source runs, the copy
+    drops everything of the agent's that matters (its channel to the host, the interpreter's
+    pipes: every descriptor but the three new pipes) and takes a run's limits, in its own
+    session. What stays is the agent's imported modules, which hold nothing secret.
+
+    Quacks like the `subprocess.Popen` the `Served` process otherwise is."""
+
+    #: Compiled sources by text (a few: callers send the same harness every time).
+    compiled = {}
+
+    def __init__(self, source, cpu_s=None):
+        code = self.compiled.get(source)
+        if code is None:
+            if len(self.compiled) >= 4:
+                self.compiled.clear()
+            code = self.compiled[source] = compile(source, "<spawned>", "exec")
+        child_in, self_in = os.pipe()
+        self_out, child_out = os.pipe()
+        self_err, child_err = os.pipe()
+        self.returncode = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            status = 1
+            try:
+                os.setsid()
+                for fd, target in ((child_in, 0), (child_out, 1), (child_err, 2)):
+                    os.dup2(fd, target)
+                os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+                _limit_child()
+                if cpu_s is not None:
+                    # A budget of its own, below the run's: SIGXCPU at the soft limit.
+                    soft = max(1, min(int(cpu_s), LIMITS["cpu_s"]))
+                    resource.setrlimit(resource.RLIMIT_CPU, (soft, LIMITS["cpu_s"]))
+                module = type(sys)("__main__")
+                sys.modules["__main__"] = module
+                exec(code, module.__dict__)
+                status = 0
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        for fd in (child_in, child_out, child_err):
+            os.close(fd)
+        self.stdin, self.stdout, self.stderr = os.fdopen(self_in, "wb"), os.fdopen(self_out, "rb"), os.fdopen(self_err, "rb")
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by the agent's sweep: its status is gone
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self):
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = 0
+        return self.returncode
+
+
 class Served:
     """A process the host talks to line by line (`spawn`, `exchange`, `finish`): one at a time.
 
@@ -402,10 +512,13 @@ class Served:
         self.finish({})
         self.started = time.monotonic()
         self.buffer, self.ended = b"", ""
-        self.child = subprocess.Popen(
-            request["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
-        )
+        if "python" in request:
+            self.child = Forked(request["python"], request.get("cpu_s"))
+        else:
+            self.child = subprocess.Popen(
+                request["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=WORKSPACE, start_new_session=True, preexec_fn=_limit_child,
+            )
         os.set_blocking(self.child.stdin.fileno(), False)
         os.set_blocking(self.child.stdout.fileno(), False)
         # Only stderr is captured (bounded); stdout is the channel, read below.
@@ -486,6 +599,7 @@ class Served:
         kill_leftovers(keep=WORKER_PIDS())
         self.capture.drain()
         stderr, stderr_bytes = bytes(self.capture.kept["stderr"]), self.capture.seen["stderr"]
+        self.capture.selector.close()
         for stream in (self.child.stdin, self.child.stdout, self.child.stderr):
             stream.close()
         returncode, self.child = self.child.returncode, None
@@ -517,6 +631,9 @@ def main():
             reply = {"error": "ValueError", "message": str(exc)}
         except Exception as exc:  # the agent serves on whatever one request did
             reply = {"error": type(exc).__name__, "message": str(exc)}
+        # Code of any request may have sent the interpreter SIGCONT: frozen again, it gets
+        # no CPU until its next snippet.
+        worker.freeze()
         out.write(json.dumps(reply).encode() + b"\n")
         out.flush()
     worker.stop()

@@ -8,6 +8,7 @@ deadlines, output caps, reaping) is `Sandbox`'s job and the same for every provi
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import selectors
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envsdk.errors import EnvSDKError
+from envsdk.sandbox.cgroups import SandboxCgroup, host_cgroups
 
 __all__ = [
     "SandboxLimits",
@@ -77,14 +79,19 @@ class SandboxPathError(SandboxError, ValueError):
 @dataclass(frozen=True)
 class SandboxLimits:
     """What one sandbox may use. Every run in it (each command, each interpreter snippet)
-    gets its own CPU-time budget; the rest apply to each process.
+    gets its own CPU-time budget, and no code of it runs once it is answered; the rest bound
+    each process, and ``memory_bytes`` and ``processes`` also the whole sandbox where the host
+    has cgroups (`envsdk.sandbox.cgroups`; `SandboxProvider.describe` says which hold).
 
     cpu_s: CPU seconds per run (RLIMIT_CPU; all threads count), then SIGKILL.
-    memory_bytes: address space per process (RLIMIT_AS).
-    processes: processes per sandbox (RLIMIT_NPROC, counted per sandbox user).
+    memory_bytes: address space per process (RLIMIT_AS), and the RAM of the whole sandbox
+        (memory cgroup: its processes, its tmpfs files, its shared memory).
+    processes: processes and threads per sandbox (RLIMIT_NPROC, counted per sandbox user;
+        pids cgroup: ``processes`` plus the sandbox's own four).
     file_bytes: largest file a process may write (RLIMIT_FSIZE).
     open_files: open file descriptors per process (RLIMIT_NOFILE).
-    disk_bytes: size of the workspace and of /tmp, each (namespace provider: tmpfs size).
+    disk_bytes: all the sandbox may write, together (bubblewrap: one tmpfs holding /, the
+        workspace, /tmp and /dev/shm; plain processes: not bounded but per file).
     output_bytes: stdout and stderr kept per run, each; the rest is read and counted, up to
         16 times this, where the run is killed (output limit exceeded).
     timeout_s: default wall-clock deadline of a run.
@@ -213,7 +220,9 @@ class SandboxProvider:
     host-side resources); `start` is the same for all.
 
     ``name`` and ``isolation`` describe the provider (``/health`` shows them);
-    ``isolates`` lists what it keeps from the sandboxed code.
+    ``isolates`` lists what it keeps from the sandboxed code. Each sandbox gets cgroups of its
+    own where the host allows (`envsdk.sandbox.cgroups`); a provider's first `start` removes
+    those a killed server left behind.
     """
 
     name: str = "abstract"
@@ -223,6 +232,8 @@ class SandboxProvider:
     def __init__(self, limits: SandboxLimits | None = None, python: str = "/usr/bin/python3") -> None:
         self.limits = limits or SandboxLimits()
         self.python = python
+        self.cgroups = host_cgroups()
+        self._orphans_removed = False
 
     def command(self, agent: list[str], slot: SandboxSlot) -> list[str]:
         """The argv that runs `agent` (the interpreter and its arguments) isolated."""
@@ -239,18 +250,26 @@ class SandboxProvider:
         """Host-side clean-up after every process of the sandbox is gone."""
 
     def describe(self) -> dict[str, Any]:
+        """What the provider isolates and its limits; ``whole_sandbox``: the limits that also
+        hold for each sandbox as a whole (the others hold per process)."""
         return {"provider": self.name, "isolation": self.isolation, "isolates": list(self.isolates),
-                "limits": asdict(self.limits)}
+                "limits": asdict(self.limits), "whole_sandbox": self.cgroups.holds}
 
     def start(self) -> Sandbox:
         """A started sandbox (its agent answered). Raises `SandboxStartError`."""
+        if not self._orphans_removed:
+            self._orphans_removed = True
+            self.cgroups.remove_orphans()
         slot = SandboxSlot.allocate()
         try:
             self.prepare(slot)
+            slot.cgroup = self.cgroups.create(self.limits, slot.uid)
             agent = [self.python, "-I", "-S", "-c", _AGENT_SOURCE, json.dumps(asdict(self.limits))]
             # The whole sandbox runs below the server's priority (its runs lower still), so
             # code spinning in it slows other sandboxes, not the server answering them.
             argv = ["nice", "-n", str(SANDBOX_NICE), *self.command(agent, slot)]
+            if slot.cgroup is not None:
+                argv = [*slot.cgroup.enter_argv(), *argv]
             process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True, **self.popen_options(slot),
@@ -271,35 +290,55 @@ class SandboxProvider:
 
 class SandboxSlot:
     """A sandbox's host identity: a user id of its own (when the server runs as root, so that
-    process counts and signals are per sandbox) and an optional host workspace folder."""
+    process counts and signals are per sandbox), its cgroups (where the host has them) and an
+    optional host workspace folder."""
 
     BASE_UID = 1_900_000
     SIZE = 65_536
+    #: Where user ids are leased, host-wide: one lock file per id, locked while a sandbox of
+    #: any server process holds it (the kernel drops the lock when that process dies).
+    LEASES = Path("/run/envsdk/sandbox-uids")
     _lock = threading.Lock()
-    _taken: set[int] = set()
     _next = 0
 
-    def __init__(self, uid: int | None) -> None:
+    def __init__(self, uid: int | None, lease: int | None = None) -> None:
         self.uid = uid
+        self._lease = lease
+        self.cgroup: SandboxCgroup | None = None
         self.workspace: Path | None = None
 
     @classmethod
     def allocate(cls) -> SandboxSlot:
+        """A slot with a user id no other sandbox on this host holds (as root; else none).
+        Processes left under that id by a server that died are killed first."""
         if os.geteuid() != 0:
             return cls(None)
+        try:
+            cls.LEASES.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise SandboxStartError(f"cannot lease a sandbox user id in {cls.LEASES}: {exc}") from exc
         with cls._lock:
             for _ in range(cls.SIZE):
                 uid = cls.BASE_UID + cls._next
                 cls._next = (cls._next + 1) % cls.SIZE
-                if uid not in cls._taken:
-                    cls._taken.add(uid)
-                    return cls(uid)
+                fd = os.open(cls.LEASES / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                kill_user(uid)
+                return cls(uid, fd)
         raise SandboxStartError(f"all {cls.SIZE} sandbox user ids are in use")
 
     def release(self) -> None:
-        if self.uid is not None:
-            with self._lock:
-                self._taken.discard(self.uid)
+        """Remove the cgroups (killing what is left in them), then free the user id."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            os.close(lease)
 
 
 class Sandbox:
@@ -377,6 +416,19 @@ class Sandbox:
         reply = self._call({"op": "spawn", "argv": list(command)}, self.limits.timeout_s)
         return SpawnedProcess(self, list(command), int(reply["pid"]))
 
+    def spawn_python(self, source: str, *, cpu_s: int | None = None) -> SpawnedProcess:
+        """`spawn` for Python `source`, run as the main module of a fork of the sandbox's
+        agent (its own session, a run's limits, none of the agent's descriptors): a fresh
+        process without an interpreter's start-up. The agent holds nothing secret, but what
+        it imported is there: the source runs with the sandbox's interpreter and isolation,
+        not in an empty one. `cpu_s`: CPU seconds it may use (at most ``limits.cpu_s``), then
+        SIGXCPU ends it."""
+        request: dict[str, Any] = {"op": "spawn", "python": source}
+        if cpu_s is not None:
+            request["cpu_s"] = cpu_s
+        reply = self._call(request, self.limits.timeout_s)
+        return SpawnedProcess(self, ["<python>"], int(reply["pid"]))
+
     def close(self) -> None:
         """Kill every process of the sandbox, then remove its host-side files. Idempotent."""
         with self._lock:
@@ -389,6 +441,9 @@ class Sandbox:
             return
         self._closed = True
         kill_tree(self.process.pid)
+        if self.slot.cgroup is not None:
+            # Before the provider's clean-up: what left the process tree writes no more files.
+            self.slot.cgroup.kill()
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
@@ -476,6 +531,7 @@ class SpawnedProcess:
         #: Why the channel ended ('' while it is open): no answer in time, output closed, a
         #: line over ``output_bytes``.
         self.ended = ""
+        self.closed = False
 
     def exchange(self, line: bytes, timeout: float) -> bytes | None:
         """Send `line` (without its newline) and return the process's next line, or None when
@@ -497,7 +553,7 @@ class SpawnedProcess:
     def close(self) -> CompletedRun:
         """Kill the process and whatever it started; its exit status and stderr."""
         reply = self.sandbox._call({"op": "finish"}, self.sandbox.limits.timeout_s)
-        self.ended = self.ended or "closed"
+        self.ended, self.closed = self.ended or "closed", True
         return CompletedRun(
             args=self.args, returncode=int(reply["returncode"]), stdout=b"",
             stderr=base64.b64decode(reply["stderr"]), stdout_bytes=0, stderr_bytes=int(reply["stderr_bytes"]),

@@ -1,15 +1,18 @@
 """`BubblewrapProvider`: each sandbox in its own Linux namespaces, through bubblewrap (``bwrap``).
 
 Per sandbox: new user, PID, network, mount, IPC and UTS namespaces (``--unshare-all``); only
-``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links to it) visible, read-only; a private
-``/workspace`` and ``/tmp``, each a tmpfs of ``disk_bytes`` that exists only as long as the
-sandbox; a fresh ``/proc`` that shows the sandbox's own processes only; a cleared environment;
-no network interface but loopback. The sandbox's processes run as ``nobody`` inside and, when
+``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links to it) visible, read-only; one private
+tmpfs of ``disk_bytes`` as the root, holding ``/workspace``, ``/tmp``, ``/dev/shm`` and whatever
+else the sandbox writes, so every file it can make counts in that one budget; a ``/dev`` of
+the usual device nodes (null, zero, full, random, urandom, tty; no pseudo-terminals) made on
+that root, not bwrap's ``--dev``, whose tmpfs is writable and half the machine's RAM in size;
+a fresh ``/proc`` that shows the sandbox's own processes only; a cleared environment; no
+network interface but loopback. The sandbox's processes run as ``nobody`` inside and, when
 the server runs as root, as a user id of their own outside (`SandboxSlot`), so the kernel
 counts their processes per sandbox and they hold no privilege on the host. bwrap dies with the
 server (``--die-with-parent``), and the kernel kills every process of a PID namespace when
 its first process dies, so nothing outlives `Sandbox.close`: no process, no mount (the tmpfs
-mounts live in the sandbox's mount namespace) and no file. ``--die-with-parent`` follows the
+lives in the sandbox's mount namespace) and no file. ``--die-with-parent`` follows the
 kernel's parent-death signal, which fires when the *thread* that started bwrap exits: start
 sandboxes from a thread that lives as long as they should (a `SandboxPool`'s own thread, or
 the session's lane, which outlives its sandbox).
@@ -25,6 +28,9 @@ from envsdk.sandbox.base import SandboxProvider, SandboxSlot, SandboxStartError
 
 __all__ = ["BubblewrapProvider", "bwrap_path"]
 
+#: The host's device nodes a sandbox sees (bound one by one, as bwrap's own ``--dev`` does).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
 
 def bwrap_path() -> str | None:
     """Where ``bwrap`` is, or None."""
@@ -32,13 +38,16 @@ def bwrap_path() -> str | None:
 
 
 class BubblewrapProvider(SandboxProvider):
-    """Namespaces through bubblewrap: no network, read-only /usr only, private tmpfs workspace
-    and /tmp, own PID namespace, a user id per sandbox (see the module docstring)."""
+    """Namespaces through bubblewrap: no network, read-only /usr only, one private tmpfs for
+    all the sandbox writes, own PID namespace, a user id per sandbox (see the module docstring)."""
 
     name = "bubblewrap"
-    isolation = "namespaces: user, pid, net, mount, ipc, uts; read-only /usr; private tmpfs workspace and /tmp"
+    isolation = (
+        "namespaces: user, pid, net, mount, ipc, uts; read-only /usr; one private tmpfs of disk_bytes"
+        " for all it writes (/workspace, /tmp, /dev/shm)"
+    )
     isolates = (
-        "cpu", "memory", "processes", "file size", "open files", "disk (tmpfs size)", "network",
+        "cpu", "memory", "processes", "file size", "open files", "disk (one tmpfs)", "network",
         "files outside /usr and the workspace", "other processes", "environment", "leftover processes",
     )
 
@@ -50,16 +59,23 @@ class BubblewrapProvider(SandboxProvider):
 
     def command(self, agent: list[str], slot: SandboxSlot) -> list[str]:
         size = str(self.limits.disk_bytes)
+        devices = [arg for node in DEVICES for arg in ("--dev-bind", node, node)]
         return [
             bwrap_path() or "bwrap",
             "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            # The root first: every later folder is made on it, in the one disk budget.
+            "--size", size, "--tmpfs", "/",
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
             "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", size, "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/workspace",
+            "--proc", "/proc",
+            "--dir", "/dev", *devices,
+            "--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+            "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr",
+            "--perms", "1777", "--dir", "/dev/shm",
+            "--perms", "1777", "--dir", "/tmp",
+            "--dir", "/workspace",
             "--chdir", "/workspace",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/workspace",
             "--", *agent,
