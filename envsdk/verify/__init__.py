@@ -6,6 +6,13 @@ share this piece: `verify_function` checks a program's function against HumanEva
 (``check(candidate)``).
 """
 
-from envsdk.verify.functions import VERIFY_TIMEOUT_S, FunctionTests, Verdict, VerifierError, verify_function
+from envsdk.verify.functions import (
+    VERIFY_TIMEOUT_S,
+    VERIFY_WALL_TIMEOUT_S,
+    FunctionTests,
+    Verdict,
+    VerifierError,
+    verify_function,
+)
 
-__all__ = ["FunctionTests", "Verdict", "VerifierError", "verify_function", "VERIFY_TIMEOUT_S"]
+__all__ = ["FunctionTests", "Verdict", "VerifierError", "verify_function", "VERIFY_TIMEOUT_S", "VERIFY_WALL_TIMEOUT_S"]

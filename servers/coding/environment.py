@@ -31,9 +31,10 @@ from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.protocol import ErrorCode, FrameError, shorten_input
 from envsdk.rewards.parts import REWARD_COMPONENTS
 from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
+from envsdk.schedulers.coding import render_code_observation
 from envsdk.tools import tool
 from envsdk.web import WebView
-from envsdk.verify import VERIFY_TIMEOUT_S, Verdict, verify_function
+from envsdk.verify import VERIFY_TIMEOUT_S, VERIFY_WALL_TIMEOUT_S, Verdict, verify_function
 from servers.coding.models import CodeAction, CodeObservation, CodeState
 from envsdk.games.humaneval import Problem, humaneval
 
@@ -70,13 +71,14 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
     close_timeout_s: ClassVar[float] = 15.0
 
     def __init__(
-        self, pool: SandboxPool, *, max_steps: int = MAX_STEPS, verify_timeout_s: float = VERIFY_TIMEOUT_S,
-        show_failed_test: bool = False,
+        self, pool: SandboxPool, *, max_steps: int = MAX_STEPS, verify_timeout_s: int = VERIFY_TIMEOUT_S,
+        verify_wall_timeout_s: float = VERIFY_WALL_TIMEOUT_S, show_failed_test: bool = False,
     ) -> None:
         self._pool = pool
         self._default_max_steps = max_steps
         self._max_steps = max_steps
         self._verify_timeout_s = verify_timeout_s
+        self._verify_wall_timeout_s = verify_wall_timeout_s
         self._default_show_failed_test = show_failed_test
         self._show_failed_test = show_failed_test
         self._sandbox: Sandbox | None = None
@@ -181,20 +183,11 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
 
     @staticmethod
     def render_web(observation: CodeObservation) -> WebView:
-        """The /web page's view of an observation: the problem, the output and the test verdict
-        (the page's history shows the code sent)."""
-        meta = observation.metadata
-        lines = [f"# {meta.get('task_id', '')}", str(meta.get("prompt", "")).rstrip(), ""]
-        lines.append(f"exit code: {observation.exit_code}")
-        if observation.stdout:
-            lines += ["--- stdout", observation.stdout.rstrip()]
-        if observation.stderr:
-            lines += ["--- stderr", observation.stderr.rstrip()]
-        tests = meta.get("tests")
-        if isinstance(tests, dict):
-            verdict = "passed" if tests.get("passed") else "failed"
-            lines += [f"--- tests {verdict} ({tests.get('seconds', 0):.2f} s)", str(tests.get("output", "")).rstrip()]
-        return WebView(text="\n".join(lines))
+        """The /web page's view of an observation: the characters a model reads of it (the
+        coding scheduler's rendering), under the problem's task id."""
+        stepped = REWARD_COMPONENTS in observation.metadata
+        text = render_code_observation(observation.model_dump(), {} if stepped else None)
+        return WebView(text=f"# {observation.metadata.get('task_id', '')}\n{text}")
 
     # ---------------------------------------------------------------- internals
 
@@ -238,7 +231,10 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
         """Verify `program` on `problem` (see the module docstring): the verdict as
         ``metadata.tests`` carries it."""
         verdict: Verdict = self._run(
-            lambda: verify_function(sandbox, program, problem.function_tests, timeout_s=self._verify_timeout_s)
+            lambda: verify_function(
+                sandbox, program, problem.function_tests, timeout_s=self._verify_timeout_s,
+                wall_timeout_s=self._verify_wall_timeout_s,
+            )
         )
         output = verdict.feedback
         if self._show_failed_test and verdict.failed_test:

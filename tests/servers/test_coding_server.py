@@ -23,6 +23,7 @@ from openenv.core.generic_client import GenericEnvClient
 from envsdk import EnvClient
 from envsdk.cli import main as envsdk_main
 from envsdk.games.humaneval import humaneval
+from envsdk.schedulers.coding import render_code_observation
 from envsdk.testing import running_server
 from servers.coding import create_coding_app
 from tests.sandbox.conftest import ensure_bwrap, processes_of
@@ -170,13 +171,14 @@ def test_capacity_counts_sandboxes() -> None:
         app.state.envsdk_sandbox_pool.close()
 
 
-def test_web_page_shows_output_and_test_results(base_url: str) -> None:
+def test_web_page_shows_what_the_model_reads(base_url: str) -> None:
     problem = humaneval()[0]
     with GenericEnvClient(base_url=base_url).sync() as env:
         env.reset(task_id=problem.task_id)
         observation = env.step({"code": problem.solution + "print('hi')\n"}).observation
     view = httpx.post(base_url + "/web/api/render", json={"observation": observation}).json()
-    assert "HumanEval/0" in view["text"] and "--- stdout\nhi" in view["text"] and "tests passed" in view["text"]
+    assert view["text"] == "# HumanEval/0\n" + render_code_observation(observation, {})
+    assert "stdout:\nhi" in view["text"] and "tests: passed" in view["text"]
 
 
 @pytest.mark.parametrize("policy, solved", [("oracle", 164), ("envsdk.policies.coding:CodingWrongPolicy", 0)])

