@@ -455,6 +455,10 @@ class Forked:
                     os.dup2(fd, target)
                 os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
                 _limit_child()
+                # Dumpable again (it inherited the agent's refusal), so that it may put itself
+                # first for the OOM killer, as every run and the interpreter are.
+                ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+                _first_for_oom_killer("self")
                 if cpu_s is not None:
                     # A budget of its own, below the run's: SIGXCPU at the soft limit.
                     soft = max(1, min(int(cpu_s), LIMITS["cpu_s"]))

@@ -127,13 +127,15 @@ def test_the_candidate_runs_in_a_fresh_process_without_the_agents_channel(sandbo
         probe = (
             "import os, sys\n"
             f"def {TRUNCATE.entry_point}(x):\n"
-            "    return sorted(int(fd) for fd in os.listdir('/proc/self/fd'))\n"
+            "    fds = sorted(int(fd) for fd in os.listdir('/proc/self/fd'))\n"
+            "    return [fds, open('/proc/self/oom_score_adj').read().strip()]\n"
         )
         ready = process.exchange(json.dumps({"program": probe, "entry_point": TRUNCATE.entry_point}).encode(), 10)
         assert ready == b'{"ok":true}'
         answer = process.exchange(b'{"args":[1.0],"kwargs":{"dict":[]}}', 10)
         assert answer is not None
-        fds = json.loads(answer)["value"]
+        fds, oom_score_adj = json.loads(answer)["value"]
+        assert oom_score_adj == "1000"  # the OOM killer takes it before the sandbox's agent
         # stdin/stdout/stderr, the two channel duplicates, two /dev/null files (sys.stdin,
         # sys.stdout) and the listing's own descriptor.
         assert len(fds) <= 8, fds
