@@ -310,7 +310,7 @@ class SandboxSlot:
     @classmethod
     def allocate(cls) -> SandboxSlot:
         """A slot with a user id no other sandbox on this host holds (as root; else none).
-        Processes left under that id by a server that died are killed first."""
+        Processes left under that id by a server that died holding it are killed first."""
         if os.geteuid() != 0:
             return cls(None)
         try:
@@ -327,7 +327,12 @@ class SandboxSlot:
                 except BlockingIOError:
                     os.close(fd)
                     continue
-                kill_user(uid)
+                # A lease file left non-empty is one whose holder died with the sandbox open:
+                # what that sandbox left under this id goes before the id is used again.
+                if os.pread(fd, 1, 0):
+                    kill_user(uid)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
                 return cls(uid, fd)
         raise SandboxStartError(f"all {cls.SIZE} sandbox user ids are in use")
 
@@ -338,6 +343,7 @@ class SandboxSlot:
             self.cgroup = None
         lease, self._lease = self._lease, None
         if lease is not None:
+            os.ftruncate(lease, 0)
             os.close(lease)
 
 
