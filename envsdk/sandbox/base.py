@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envsdk.errors import EnvSDKError
+from envsdk.sandbox._reap import kill_until_gone
 from envsdk.sandbox.cgroups import SandboxCgroup, host_cgroups
 
 __all__ = [
@@ -202,17 +203,7 @@ def user_processes(uid: int) -> list[int]:
 def kill_user(uid: int) -> None:
     """Stop, then kill, every process of user `uid` until none is left (a sandbox's own user
     id: this reaches processes that escaped its process tree)."""
-    for _ in range(100):
-        pids = user_processes(uid)
-        if not pids:
-            return
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        time.sleep(0.01)
+    kill_until_gone(lambda: user_processes(uid))
 
 
 class SandboxProvider:

@@ -37,11 +37,12 @@ import errno
 import itertools
 import os
 import re
-import signal
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from envsdk.sandbox._reap import kill_until_gone
 
 if TYPE_CHECKING:
     from envsdk.sandbox.base import SandboxLimits
@@ -107,17 +108,7 @@ class SandboxCgroup:
     def kill(self) -> None:
         """Stop, then kill, every process in these cgroups until none is left (stopped, they
         cannot fork while the others are being killed)."""
-        for _ in range(200):
-            pids = self.processes()
-            if not pids:
-                return
-            for sig in (signal.SIGSTOP, signal.SIGKILL):
-                for pid in pids:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-            time.sleep(0.01)
+        kill_until_gone(self.processes, rounds=200)
 
     def remove(self) -> None:
         """Kill what is left in the cgroups and remove them. Idempotent."""

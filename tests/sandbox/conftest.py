@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 
+from typing import Any
+
 import psutil
 import pytest
 
@@ -66,3 +68,26 @@ def processes_of(uid: int | None, root_pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def cpu_seconds(boxes: list[Any]) -> dict[int, float]:
+    """CPU seconds (user + system) each live process of the sandboxes `boxes` has used, seen
+    from the host."""
+    used = {}
+    for box in boxes:
+        for proc in processes_of(box.uid, box.pid):
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            used[proc.pid] = times.user + times.system
+    return used
+
+
+def sandbox_of(app: Any, episode_id: str) -> Any:
+    """The sandbox of the coding server `app`'s session that plays `episode_id`."""
+    for session in app.state.envsdk_sessions.sessions():
+        env = session.env
+        if env is not None and env.state.episode_id == episode_id:
+            return env._sandbox
+    raise AssertionError(f"no session plays episode {episode_id}")

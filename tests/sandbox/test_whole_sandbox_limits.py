@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from envsdk.sandbox import ProcessProvider, Sandbox, SandboxProvider
-from tests.sandbox.conftest import TEST_LIMITS, processes_of
+from tests.sandbox.conftest import TEST_LIMITS, cpu_seconds, processes_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,23 +31,11 @@ MIB = 1 << 20
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and a user id per sandbox need root")
 
 
-def cpu_seconds(box: Sandbox) -> dict[int, float]:
-    """CPU seconds (user + system) each live process of `box` has used, seen from the host."""
-    used = {}
-    for proc in processes_of(box.uid, box.pid):
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        used[proc.pid] = times.user + times.system
-    return used
-
-
 def idle_cpu(box: Sandbox, seconds: float = 1.5) -> float:
     """CPU seconds the sandbox's processes use over `seconds` while no run is in progress."""
-    before = cpu_seconds(box)
+    before = cpu_seconds([box])
     time.sleep(seconds)
-    after = cpu_seconds(box)
+    after = cpu_seconds([box])
     return sum(spent - before.get(pid, 0.0) for pid, spent in after.items())
 
 

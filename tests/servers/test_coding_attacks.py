@@ -27,7 +27,7 @@ import pytest
 from envsdk.client.sync import OpenEnvWrapper
 from envsdk.testing import running_server
 from servers.coding import create_coding_app
-from tests.sandbox.conftest import TEST_LIMITS, ensure_bwrap, processes_of
+from tests.sandbox.conftest import TEST_LIMITS, ensure_bwrap, processes_of, sandbox_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -95,14 +95,6 @@ def honest(served: Served) -> Iterator[Honest]:
     yield session
     session.stop.set()
     thread.join(timeout=30)
-
-
-def sandbox_of(app: Any, episode_id: str) -> Any:
-    for session in app.state.envsdk_sessions.sessions():
-        env = session.env
-        if env is not None and env.state.episode_id == episode_id:
-            return env._sandbox
-    raise AssertionError(f"no session plays episode {episode_id}")
 
 
 def attack_code(name: str, port: int) -> str:

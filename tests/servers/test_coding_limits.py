@@ -21,7 +21,13 @@ import pytest
 from envsdk.client.sync import OpenEnvWrapper
 from envsdk.testing import running_server
 from servers.coding import create_coding_app
-from tests.sandbox.conftest import TEST_LIMITS, ensure_bwrap, processes_of
+from tests.sandbox.conftest import (
+    TEST_LIMITS,
+    cpu_seconds,
+    ensure_bwrap,
+    processes_of,
+    sandbox_of,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,26 +51,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
             yield Served(url, app, request.param)
     finally:
         app.state.envsdk_sandbox_pool.close()
-
-
-def sandbox_of(app: Any, episode_id: str) -> Any:
-    for session in app.state.envsdk_sessions.sessions():
-        env = session.env
-        if env is not None and env.state.episode_id == episode_id:
-            return env._sandbox
-    raise AssertionError(f"no session plays episode {episode_id}")
-
-
-def cpu_seconds(boxes: list[Any]) -> dict[int, float]:
-    used = {}
-    for box in boxes:
-        for proc in processes_of(box.uid, box.pid):
-            try:
-                times = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            used[proc.pid] = times.user + times.system
-    return used
 
 
 TIMER = (
