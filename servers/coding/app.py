@@ -47,6 +47,10 @@ def create_coding_app(
     The app's lifespan shutdown closes the pool's sandboxes after the sessions closed theirs.
     """
     humaneval()  # fail now, not at the first reset, when the task set is missing
+    cpu_s = (limits or SandboxLimits()).cpu_s
+    if verify_timeout_s > cpu_s:
+        # Past the sandbox's own CPU limit the program is killed, not timed out.
+        raise ValueError(f"verify_timeout_s {verify_timeout_s} is more than the sandbox's cpu_s ({cpu_s})")
     pool = SandboxPool(make_provider(provider, limits), warm=warm)
 
     def make_env() -> CodingEnvironment:

@@ -105,6 +105,8 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
         problem = self._pick(seed, task_id)
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS_LIMIT):
             raise CodingOptionError(f"max_steps must be an integer from 1 to {MAX_STEPS_LIMIT}, got {max_steps!r}")
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise CodingOptionError(f"episode_id must be a string, got {episode_id!r}")
         if show_failed_test is not None and not isinstance(show_failed_test, bool):
             raise CodingOptionError(f"show_failed_test must be true or false, got {show_failed_test!r}")
         self._show_failed_test = self._default_show_failed_test if show_failed_test is None else show_failed_test

