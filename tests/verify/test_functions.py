@@ -148,4 +148,4 @@ def test_the_host_verifier_is_not_a_child_of_the_sandbox(sandbox: Sandbox) -> No
         sandbox, f"import os\ndef {TRUNCATE.entry_point}(x):\n    os.kill(-1, 9)\n", TRUNCATE.function_tests
     )
     assert not verdict.passed
-    assert os.getpid() > 0 and verify_function(sandbox, TRUNCATE.solution, TRUNCATE.function_tests).passed
+    assert verify_function(sandbox, TRUNCATE.solution, TRUNCATE.function_tests).passed
