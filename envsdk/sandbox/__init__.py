@@ -20,10 +20,11 @@ Providers here:
 * `BubblewrapProvider` (``bwrap``): Linux namespaces: no network, read-only ``/usr`` only,
   one private tmpfs of ``disk_bytes`` for all the sandbox writes (workspace, ``/tmp``,
   ``/dev/shm``), own PID namespace, cleared environment. The one to use.
-* `ProcessProvider`: plain processes with rlimits and process groups, **weaker**: no network,
-  file-system or process-table isolation (its docstring lists what it cannot stop); as root,
-  what its user id leaves in the host's shared places is removed at close. For machines
-  without bubblewrap, and trusted code.
+* `ProcessProvider`: plain processes with rlimits and process groups, **weaker**: no
+  namespace; where the kernel has Landlock it hides host files outside ``/usr`` and the
+  workspace, refuses TCP and signals outside the sandbox, but not UDP nor the process list
+  (its docstring lists what it cannot stop); as root, what its user id leaves in the host's
+  shared places is removed at close. For machines without bubblewrap.
 
 Not here, and what they would add. A Docker (or Podman) provider would be one class whose
 ``command`` is ``docker run --rm -i --network none --read-only --tmpfs /workspace:size=...

@@ -611,12 +611,80 @@ class Served:
                 "duration_s": time.monotonic() - self.started}
 
 
+#: Landlock (Linux 5.13+), used when the host asks (``LIMITS["confine"]``): the plain-process
+#: provider's only way to hide the host's files, since it has no mount namespace.
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+#: Filesystem access rights, by bit: execute, write_file, read_file, read_dir, remove_dir,
+#: remove_file, make_char, make_dir, make_reg, make_sock, make_fifo, make_block, make_sym
+#: (ABI 1), refer (2), truncate (3), ioctl_dev (5).
+FS_RIGHT_BITS = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
+TRUNCATE, IOCTL_DEV = 1 << 14, 1 << 15
+#: Network rights (ABI 4): bind and connect TCP; handled with no rule, so none is allowed.
+NET_TCP = 1 | 2
+#: Scopes (ABI 6): abstract unix sockets and signals outside the sandbox's own processes.
+SCOPE_ALL = 1 | 2
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def confine(spec):
+    """Restrict this process and all it starts from now on to `spec`'s folders: ``read``
+    (read and execute), ``write`` (everything), ``devices`` and ``proc`` (read and write
+    existing files); with ABI 4 and 6 also no TCP bind or connect, no signal or abstract
+    socket outside the sandbox. A folder that does not exist is skipped. Raises OSError when
+    the kernel refuses: the host asked, so a sandbox that cannot be confined does not start."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock is not available")
+    every = (1 << FS_RIGHT_BITS[min(abi, 5)]) - 1
+    fields = [every, NET_TCP if abi >= 4 else 0, SCOPE_ALL if abi >= 6 else 0]
+    size = 8 * (3 if abi >= 6 else 2 if abi >= 4 else 1)
+    attr = (ctypes.c_uint64 * 3)(*fields)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    read = EXECUTE | READ_FILE | READ_DIR
+    # Opening for writing truncates (`open(path, "w")`, a shell's `>`): TRUNCATE from ABI 3.
+    rights = {"read": read, "write": every, "devices": (read | WRITE_FILE | TRUNCATE | IOCTL_DEV) & every,
+              "proc": (READ_FILE | READ_DIR | WRITE_FILE | TRUNCATE) & every}
+    try:
+        for kind, allowed in rights.items():
+            for folder in spec.get(kind, ()):
+                try:
+                    fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rule = _PathBeneath(allowed if os.path.isdir(folder) else allowed & (EXECUTE | WRITE_FILE | READ_FILE), fd)
+                    if libc.syscall(LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
+                        raise OSError(ctypes.get_errno(), f"landlock_add_rule refused {folder}")
+                finally:
+                    os.close(fd)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+
+
 def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     # Not dumpable: code in the sandbox (same user) cannot open /proc/<agent>/fd to forge
     # replies to the host, nor ptrace the agent.
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if LIMITS.get("confine"):
+        confine(LIMITS["confine"])
     global WORKER_PIDS
     worker = Worker()
     WORKER_PIDS = lambda: {worker.process.pid} if worker.alive() else set()  # noqa: E731

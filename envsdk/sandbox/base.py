@@ -237,6 +237,11 @@ class SandboxProvider:
     def prepare(self, slot: SandboxSlot) -> None:
         """Host-side set-up before the agent starts (e.g. a workspace folder)."""
 
+    def agent_settings(self, slot: SandboxSlot) -> dict[str, Any]:
+        """What the agent applies to itself before it serves, beside the limits (``confine``:
+        the folders it may reach, `envsdk.sandbox.process`)."""
+        return {}
+
     def cleanup(self, slot: SandboxSlot) -> None:
         """Host-side clean-up after every process of the sandbox is gone."""
 
@@ -255,7 +260,8 @@ class SandboxProvider:
         try:
             self.prepare(slot)
             slot.cgroup = self.cgroups.create(self.limits, slot.uid)
-            agent = [self.python, "-I", "-S", "-c", _AGENT_SOURCE, json.dumps(asdict(self.limits))]
+            settings = {**asdict(self.limits), **self.agent_settings(slot)}
+            agent = [self.python, "-I", "-S", "-c", _AGENT_SOURCE, json.dumps(settings)]
             # The whole sandbox runs below the server's priority (its runs lower still), so
             # code spinning in it slows other sandboxes, not the server answering them.
             argv = ["nice", "-n", str(SANDBOX_NICE), *self.command(agent, slot)]

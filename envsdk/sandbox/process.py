@@ -1,23 +1,35 @@
-"""`ProcessProvider`: plain processes with rlimits, a user id per sandbox and process groups.
+"""`ProcessProvider`: plain processes with rlimits, a user id per sandbox and process groups,
+confined by Landlock where the kernel has it.
 
 Weaker than `envsdk.sandbox.bubblewrap.BubblewrapProvider`, and labelled so: there is no
 namespace. What it does: every run gets the CPU, address-space, process-count, file-size and
 open-file rlimits; the agent is a child subreaper that kills whatever a run leaves (daemonised
 grandchildren included); `close` kills the whole process tree and removes the workspace
-folder. When the server runs as root, each sandbox runs as a user id of its own, so the
-process-count limit is per sandbox, its code cannot signal the server or other sandboxes, and
-`close` also kills every process of that user id (one that left the process tree included) and
-removes what that user id left in the host's shared places: files and folders in `SHARED_DIRS`
-(``/dev/shm`` is RAM) and the world-writable folders below them, and SysV IPC objects
-(shared memory, semaphores, message queues).
+folder. With Landlock (Linux 5.13 or later, on in most distributions' kernels; `landlock_abi`)
+the agent confines itself and all it starts before any sandbox code runs: it reads and runs
+files under ``/usr`` (and the ``/bin``, ``/lib*``, ``/sbin`` links to it) and the interpreter's
+own prefix, reads and writes existing files of ``/dev`` and ``/proc``, writes only its
+workspace and the shared places of `SHARED_DIRS`; every other file of the host (the server's
+code, its virtual environment and the task data it reads, home folders, ``/etc``) cannot be
+opened. From Landlock ABI 4 it cannot bind or connect TCP sockets; from ABI 6 it cannot
+signal, nor reach by abstract unix socket, any process outside its sandbox. When the server
+runs as root, each sandbox runs as a user id of its own, so the process-count limit is per
+sandbox, its code cannot signal the server or other sandboxes, and `close` also kills every
+process of that user id (one that left the process tree included) and removes what that user
+id left in the host's shared places: files and folders in `SHARED_DIRS` (``/dev/shm`` is RAM)
+and the world-writable folders below them, and SysV IPC objects (shared memory, semaphores,
+message queues).
 
-What it cannot stop: network access (any address, the server's own port included); reading
-every world-readable file and the process list of the machine; writing to world-writable
-places outside the workspace (``/tmp``), so the disk is bounded only per file
-(``file_bytes``), not in total, while the sandbox lives (RAM-backed ``/dev/shm`` files count
-in its memory cgroup, where there is one); when the server does not run as root, the
-process-count limit counts every process of the server's user (it is then not applied),
-sandbox code can signal the server, and what it leaves in shared places stays.
+What it cannot stop: UDP and other non-TCP network access; reading the process list and what
+every other process shows in ``/proc``, and what other users leave readable in the shared
+places (``/tmp``: keep task data out of them); the disk is bounded only per file
+(``file_bytes``), not in total, while the sandbox lives (RAM-backed ``/dev/shm`` files count in
+its memory cgroup, where there is one); a system-wide install of the server's Python packages
+under ``/usr`` is readable (install envsdk in a virtual environment); without Landlock, every
+world-readable file and the network. When the server does not run as root, the process-count
+limit counts every process of the server's user (it is then not applied) and what sandbox code
+leaves in shared places stays; without Landlock's signal scope (ABI 6) its code can also
+signal the server.
 """
 
 from __future__ import annotations
@@ -30,13 +42,24 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envsdk.sandbox.base import SandboxProvider, SandboxSlot, kill_user
+from envsdk.sandbox.base import SandboxLimits, SandboxProvider, SandboxSlot, kill_user
 
-__all__ = ["SHARED_DIRS", "ProcessProvider", "remove_user_files", "remove_user_ipc"]
+__all__ = ["READABLE_DIRS", "SHARED_DIRS", "ProcessProvider", "landlock_abi", "remove_user_files", "remove_user_ipc"]
 
 #: The host's places any user may write to, where a sandbox's user can leave files behind.
 SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+#: What a confined sandbox may read and run (besides its interpreter's prefix).
+READABLE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _IPC_RMID = 0
+_LANDLOCK_CREATE_RULESET = 444
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when it has none (too old, or not enabled)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    version = libc.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(int(version), 0)
 
 
 def remove_user_files(uid: int, folders: tuple[str, ...] = SHARED_DIRS) -> None:
@@ -86,15 +109,42 @@ def remove_user_ipc(uid: int) -> None:
 
 
 class ProcessProvider(SandboxProvider):
-    """Plain processes: rlimits, a user id per sandbox (as root), process-group reaping. No
-    namespaces: see the module docstring for what it cannot stop."""
+    """Plain processes: rlimits, a user id per sandbox (as root), process-group reaping, and
+    Landlock where the kernel has it (``confined``). No namespaces: see the module docstring
+    for what it cannot stop."""
 
     name = "process"
-    isolation = "weaker: rlimits and process groups only (no network, file or process-table isolation)"
-    isolates = (
-        "cpu", "memory", "processes (as root)", "file size", "open files", "leftover processes",
-        "leftover shared files and IPC (as root)",
-    )
+
+    def __init__(self, limits: SandboxLimits | None = None, python: str = "/usr/bin/python3") -> None:
+        super().__init__(limits, python)
+        #: The kernel's Landlock ABI (0: none, the sandbox then sees every world-readable file).
+        self.landlock = landlock_abi()
+        self.confined = self.landlock >= 1
+        if self.confined:
+            self.isolation = (
+                f"weaker: rlimits, process groups and Landlock ABI {self.landlock} (files outside /usr and the"
+                " workspace hidden); no network or process-table namespace"
+            )
+        else:
+            self.isolation = "weaker: rlimits and process groups only (no network, file or process-table isolation)"
+        self.isolates = (
+            "cpu", "memory", "processes (as root)", "file size", "open files", "leftover processes",
+            "leftover shared files and IPC (as root)",
+            *(("files outside /usr and the workspace",) if self.confined else ()),
+            *(("tcp network",) if self.landlock >= 4 else ()),
+            *(("signals to other processes",) if self.landlock >= 6 else ()),
+        )
+
+    def agent_settings(self, slot: SandboxSlot) -> dict[str, Any]:
+        if not self.confined:
+            return {}
+        real = os.path.realpath(self.python)
+        prefix = os.path.dirname(os.path.dirname(real))
+        read = [*READABLE_DIRS]
+        if not any(real.startswith(folder + "/") for folder in READABLE_DIRS):
+            read.append(prefix)  # an interpreter outside /usr needs its standard library
+        return {"confine": {"read": read, "write": [str(slot.workspace), *SHARED_DIRS],
+                            "devices": ["/dev"], "proc": ["/proc"]}}
 
     def prepare(self, slot: SandboxSlot) -> None:
         slot.workspace = Path(tempfile.mkdtemp(prefix="envsdk-sandbox-"))

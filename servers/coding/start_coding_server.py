@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sandbox", choices=("auto", "bubblewrap", "process"), default=env.get("SANDBOX_PROVIDER", "auto"),
         help="env var SANDBOX_PROVIDER (default auto: bubblewrap where bwrap is installed, else process, "
-        "which is weaker: rlimits and process groups only).",
+        "which is weaker: rlimits, process groups and, where the kernel has it, Landlock).",
     )
     parser.add_argument(
         "--warm", type=non_negative_int, default=env.get("SANDBOX_WARM", "4"),
