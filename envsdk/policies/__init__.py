@@ -6,7 +6,9 @@
 * `TransformersPolicy`: in-process transformers generation; needs torch and transformers.
 
 The model-backed classes are imported on first use, so ``import envsdk.policies`` works on the
-base install. `make_policy` builds any of them by name.
+base install. `make_policy` builds any of them by name. Both model-backed policies take the same
+decoding settings (`envsdk.policies.sampling`): ``temperature``, ``top_p``, ``max_tokens``,
+``seed``, ``greedy``, ``chat_template_kwargs`` and a vf-eval-style ``sampling_args`` object.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from envsdk.policies.base import (
     PolicyOutput,
     message_text,
 )
+from envsdk.policies.sampling import SamplingError, sampling_kwargs
 from envsdk.policies.scripted import (
     FrozenLakeOraclePolicy,
     RandomPolicy,
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
         InferenceError,
         InferenceResponseError,
         InferenceServerError,
+        InferenceToolCallError,
         OpenAIChatPolicy,
     )
 
@@ -56,7 +60,10 @@ __all__ = [
     "InferenceServerError",
     "InferenceConnectionError",
     "InferenceResponseError",
+    "InferenceToolCallError",
     "TransformersPolicy",
+    "SamplingError",
+    "sampling_kwargs",
     "POLICY_NAMES",
     "make_policy",
 ]
@@ -67,11 +74,14 @@ _LAZY = {
     "InferenceServerError": "envsdk.policies.openai_chat",
     "InferenceConnectionError": "envsdk.policies.openai_chat",
     "InferenceResponseError": "envsdk.policies.openai_chat",
+    "InferenceToolCallError": "envsdk.policies.openai_chat",
     "TransformersPolicy": "envsdk.policies.hf",
 }
 
 #: The names `make_policy` accepts.
 POLICY_NAMES = ("auto", "oracle", "random", "openai", "transformers")
+# `make_policy`'s decoding keywords, read by `sampling_kwargs` for the model-backed policies.
+_DECODING = ("temperature", "top_p", "max_tokens", "seed", "greedy", "sampling_args", "chat_template_kwargs")
 
 
 def __getattr__(name: str) -> Any:
@@ -91,9 +101,24 @@ def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
     * ``"openai"``: `OpenAIChatPolicy(**kwargs)` (``base_url``, ``model``, …);
     * ``"transformers"``: `TransformersPolicy(**kwargs)` (``model_path``, …).
 
-    `env_name` is ignored by the model-backed policies. Raises `ValueError` for an unknown
-    policy name or, for ``"oracle"``, an environment no oracle knows.
+    For the two model-backed policies the decoding keywords (``temperature``, ``top_p``,
+    ``max_tokens``, ``seed``, ``greedy``, ``chat_template_kwargs``, and ``sampling_args``, a
+    JSON-like object merged over them whose other keys go to the backend) are read by
+    `sampling_kwargs`; a scripted policy given one of them (but a random policy's ``seed``) is
+    refused with `SamplingError`. `env_name` is ignored by the model-backed policies. Raises
+    `ValueError` for an unknown policy name or, for ``"oracle"``, an environment no oracle knows.
     """
+    if name in ("openai", "transformers"):
+        decoding = {key: kwargs.pop(key) for key in _DECODING if key in kwargs}
+        for key, value in sampling_kwargs(name, **decoding).items():
+            given = kwargs.get(key)
+            # A backend's own fields given both ways: those of `sampling_args` win.
+            kwargs[key] = {**given, **value} if isinstance(given, dict) and isinstance(value, dict) else value
+    else:
+        # A random policy's own `seed` seeds its replies.
+        refused = next((key for key in _DECODING if key in kwargs and key != "seed"), None)
+        if refused is not None:
+            raise SamplingError(f"policy {name!r} does not decode: {refused} is read only by the openai and transformers policies")
     if name == "auto":
         try:
             canonical_env_name(env_name)

@@ -41,10 +41,20 @@ class PolicyOutput:
     A policy asked for token-exact output (its ``token_exact`` attribute set true) also gives
     ``prompt_ids`` (the whole context it generated from), ``completion_ids`` (what it generated)
     and, where it can, ``logprobs`` (one per completion token); `envsdk.tokens` records them.
+
+    ``reasoning`` is the model's reasoning when the backend returns it apart from the reply (an
+    OpenAI-compatible server's ``reasoning_content``); ``text`` then holds the reply alone. When
+    it is None, a scheduler splits a ``<think>…</think>`` block off ``text`` itself
+    (`envsdk.reasoning.split_reasoning`): reasoning is recorded, never played as the action.
+    ``tool_calls`` are the reply's native tool calls, in OpenAI's form (``[{"id": …, "type":
+    "function", "function": {"name": …, "arguments": "<JSON text>"}}]``), from a policy asked
+    with ``tools=``.
     """
 
     text: str
     finish_reason: FinishReason = "stop"
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_ids: list[int] | None = None
@@ -67,19 +77,25 @@ class Policy(abc.ABC):
 
     * ``await act(messages)`` returns the reply text; `messages` is the whole conversation in
       OpenAI chat format and is not modified.
-    * ``await act_ex(messages)`` returns the same reply as a `PolicyOutput` with its finish
-      reason; by default it wraps ``act``.
+    * ``await act_ex(messages, tools=None)`` returns the same reply as a `PolicyOutput` with its
+      finish reason; by default it wraps ``act``. `tools` is a list of OpenAI tool definitions
+      (``{"type": "function", "function": {"name", "description", "parameters"}}``) for a
+      policy whose ``supports_tools`` is true: it may then answer with
+      `PolicyOutput.tool_calls`; a policy without tool support ignores it.
     * ``await aclose()`` releases what the policy holds (connections, models); idempotent. A
       policy is also an async context manager that closes itself on exit.
     * A policy may be called concurrently from many tasks.
     """
 
+    #: Whether `act_ex` reads ``tools=`` and answers with native tool calls.
+    supports_tools: bool = False
+
     @abc.abstractmethod
     async def act(self, messages: list[Message]) -> str:
         """The next assistant reply's text."""
 
-    async def act_ex(self, messages: list[Message]) -> PolicyOutput:
-        """The next assistant reply with its finish reason."""
+    async def act_ex(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> PolicyOutput:
+        """The next assistant reply with its finish reason (`tools`: see the class docstring)."""
         return PolicyOutput(text=await self.act(messages))
 
     async def aclose(self) -> None:

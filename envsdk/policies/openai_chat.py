@@ -23,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("OpenAIChatPolicy needs httpx: pip install httpx (or pip install -e '.[openai]' in the envsdk clone)") from exc
 
 from envsdk.policies.base import Message, Policy, PolicyError, PolicyOutput
+from envsdk.policies.sampling import SamplingError, check_sampling
 
 __all__ = [
     "OpenAIChatPolicy",
@@ -32,7 +33,9 @@ __all__ = [
     "InferenceTimeoutError",
     "InferenceResponseError",
     "InferenceResponseTooLargeError",
+    "InferenceToolCallError",
     "chat_completions_url",
+    "wire_messages",
     "DEFAULT_MAX_RESPONSE_BYTES",
 ]
 
@@ -96,6 +99,17 @@ class InferenceResponseTooLargeError(InferenceResponseError):
         self.declared = declared
 
 
+class InferenceToolCallError(InferenceResponseError):
+    """The answer's ``message.tool_calls`` is not a list of OpenAI function calls (each an
+    object with a ``function`` holding a ``name`` and ``arguments``)."""
+
+    def __init__(self, url: str, problem: str, tool_calls: Any) -> None:
+        shown = json.dumps(tool_calls, default=str)
+        super().__init__(f"POST {url} answered malformed tool_calls: {problem}: {shown[:_BODY_EXCERPT]}")
+        self.url = url
+        self.tool_calls = tool_calls
+
+
 def chat_completions_url(base_url: str) -> str:
     """``{base}/v1/chat/completions`` for a base URL given with or without its ``/v1``."""
     base = base_url.rstrip("/")
@@ -107,21 +121,40 @@ def chat_completions_url(base_url: str) -> str:
 class OpenAIChatPolicy(Policy):
     """Asks an OpenAI-compatible server for each reply (non-streaming chat completions).
 
-    Every request sends `model`, the messages, ``temperature``, ``top_p``, ``max_tokens`` and,
-    when given, ``seed``; `extra_body` is merged in last (for server-specific fields such as
-    vLLM's ``top_k`` or ``chat_template_kwargs``). The sampling options follow OpenAI's
-    conventions and ranges: ``temperature`` in [0, 2] (0 is greedy), ``top_p`` in (0, 1],
-    ``max_tokens`` >= 1. `api_key` is sent as ``Authorization: Bearer <key>``; None (the
+    Every request sends `model`, the messages, ``temperature``, ``top_p``, ``max_tokens``,
+    ``chat_template_kwargs`` when given (vLLM and SGLang pass them to the chat template:
+    ``{"enable_thinking": false}`` turns Qwen3's thinking off) and, with a `seed`, ``seed + n``
+    on the policy's n-th request (so repeated requests of one prompt, a group's rollouts, do not
+    all draw the same reply); `extra_body` is merged in last (server-specific fields such as
+    vLLM's ``top_k``). The sampling options follow OpenAI's conventions and ranges:
+    ``temperature`` in [0, 2] (default 1; 0 is greedy, which `greedy` asks for), ``top_p`` in
+    (0, 1], ``max_tokens`` >= 1. `api_key` is sent as ``Authorization: Bearer <key>``; None (the
     default) reads ``$OPENAI_API_KEY``, ``""`` sends no key. At most `concurrency` requests are
     in flight at once; `timeout` is the total deadline of one request in seconds and
     `max_response_bytes` the largest body read (see the module docstring).
+
+    Reasoning a server returns apart from the reply (vLLM's and SGLang's ``--reasoning-parser``:
+    ``message.reasoning_content``, or ``message.reasoning`` from vLLM 0.11 on) becomes
+    `PolicyOutput.reasoning`, and ``content`` alone the reply. Native tools: ``act_ex(messages,
+    tools=[...])`` sends them as ``tools`` with ``tool_choice: "auto"``, and the reply's
+    ``message.tool_calls`` (several allowed; ``content`` may then be null: the text is ``""``)
+    become `PolicyOutput.tool_calls`, in OpenAI's form (an ``arguments`` object some servers
+    return is turned into its JSON text; a call without an id gets ``call_<n>``). Arguments
+    that are not valid JSON are the model's mistake and are passed on as they are; a
+    ``tool_calls`` that is not a list of such calls is `InferenceToolCallError`. The
+    conversation is sent as OpenAI's API takes it (`wire_messages`): an assistant message keeps
+    its ``tool_calls`` (``arguments`` as JSON text), a ``tool`` message its ``tool_call_id``,
+    and the ``reasoning_content`` a record keeps on an assistant message is not sent back
+    (OpenAI refuses unknown message fields, DeepSeek's API refuses that one, and the templates
+    that read it, Qwen3's, drop earlier turns' reasoning anyway).
 
     ``finish_reason`` is ``"length"`` when the server reports the reply was cut by
     ``max_tokens`` and ``"stop"`` for every other ending. Errors: `InferenceServerError`
     (non-2xx, with status and the start of the body), `InferenceConnectionError` (unreachable)
     and its `InferenceTimeoutError` (past `timeout`), `InferenceResponseError` (a 2xx body that
     is not a chat completion) and its `InferenceResponseTooLargeError` (over
-    `max_response_bytes`). A bad option is a `ValueError` naming it.
+    `max_response_bytes`) and `InferenceToolCallError`. A bad option is a `ValueError`
+    (`SamplingError` for a decoding setting) naming it.
 
     With `token_exact` true (``envsdk rollout --tokens``) each request also asks for
     ``logprobs`` and vLLM's ``return_token_ids``; a reply whose body carries
@@ -131,16 +164,20 @@ class OpenAIChatPolicy(Policy):
     refuses the field (``transformers serve`` answers 422) is asked without it from then on.
     """
 
+    supports_tools = True
+
     def __init__(
         self,
         base_url: str,
         model: str,
         *,
         api_key: str | None = None,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         top_p: float = 1.0,
         max_tokens: int = 512,
         seed: int | None = None,
+        greedy: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
         concurrency: int = 8,
         timeout: float = 120.0,
@@ -148,12 +185,14 @@ class OpenAIChatPolicy(Policy):
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        if not 0.0 <= temperature <= 2.0:
-            raise ValueError(f"temperature must be within [0, 2] (0 is greedy), got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be within (0, 1], got {top_p}")
+        temperature = check_sampling(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, greedy=greedy, max_temperature=2.0
+        )
+        extra_body = dict(extra_body or {})
+        if extra_body.get("stream"):
+            raise SamplingError("extra_body: stream is not supported; this policy reads whole (non-streamed) completions")
+        if extra_body.get("n", 1) != 1:
+            raise SamplingError(f"extra_body: n={extra_body['n']!r}; this policy reads one choice per request: leave n out")
         if not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout}")
         if max_response_bytes < 1:
@@ -166,8 +205,11 @@ class OpenAIChatPolicy(Policy):
         self.top_p = top_p
         self.max_tokens = max_tokens
         self.seed = seed
-        self.extra_body: dict[str, Any] = dict(extra_body or {})
+        self.greedy = temperature == 0
+        self.chat_template_kwargs: dict[str, Any] | None = dict(chat_template_kwargs) if chat_template_kwargs else None
+        self.extra_body: dict[str, Any] = extra_body
         self.token_exact = False
+        self._requests = 0
         self._ask_token_ids = True
         self.concurrency = concurrency
         self.timeout = timeout
@@ -182,17 +224,37 @@ class OpenAIChatPolicy(Policy):
         )
         self._semaphore = asyncio.Semaphore(concurrency)
 
-    def request_body(self, messages: list[Message]) -> dict[str, Any]:
-        """The JSON body sent for `messages`."""
+    @property
+    def sampling_settings(self) -> dict[str, Any]:
+        """The decoding settings every request carries (`envsdk.policies.sampling.settings_text`
+        prints them), the extra body fields last."""
+        settings: dict[str, Any] = {
+            "temperature": self.temperature, "greedy": self.greedy, "top_p": self.top_p,
+            "max_tokens": self.max_tokens, "seed": self.seed,
+        }
+        if self.chat_template_kwargs:
+            settings["chat_template_kwargs"] = self.chat_template_kwargs
+        return {**settings, **self.extra_body}
+
+    def request_body(
+        self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None, request: int = 0
+    ) -> dict[str, Any]:
+        """The JSON body sent for `messages` (as `wire_messages` makes them) and `tools` as the
+        policy's `request`-th request (0 first: it sends ``seed + request``)."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": wire_messages(messages),
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
         }
         if self.seed is not None:
-            body["seed"] = self.seed
+            body["seed"] = self.seed + request
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
         if self.token_exact:
             body["logprobs"] = True
             if self._ask_token_ids:
@@ -203,8 +265,13 @@ class OpenAIChatPolicy(Policy):
     async def act(self, messages: list[Message]) -> str:
         return (await self.act_ex(messages)).text
 
-    async def act_ex(self, messages: list[Message]) -> PolicyOutput:
-        body = self.request_body(messages)
+    async def act_ex(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> PolicyOutput:
+        request = self._requests
+        self._requests += 1
+        return await self._complete(messages, tools, request)
+
+    async def _complete(self, messages: list[Message], tools: list[dict[str, Any]] | None, request: int) -> PolicyOutput:
+        body = self.request_body(messages, tools=tools, request=request)
         async with self._semaphore:
             try:
                 status, text = await asyncio.wait_for(self._post(body), self.timeout)
@@ -219,7 +286,7 @@ class OpenAIChatPolicy(Policy):
                 # A server without vLLM's token ids (transformers serve) refuses the field: ask once more
                 # without it, and never again.
                 self._ask_token_ids = False
-                return await self.act_ex(messages)
+                return await self._complete(messages, tools, request)
             raise InferenceServerError(self.url, status, text)
         return _parse_completion(self.url, text)
 
@@ -247,11 +314,53 @@ class OpenAIChatPolicy(Policy):
         await self._client.aclose()
 
 
+#: The fields OpenAI's chat API takes on a message of each role; a message of another role is
+#: sent as it is.
+_WIRE_FIELDS = {
+    "system": ("role", "content", "name"),
+    "developer": ("role", "content", "name"),
+    "user": ("role", "content", "name"),
+    "assistant": ("role", "content", "name", "tool_calls"),
+    "tool": ("role", "content", "tool_call_id"),
+}
+
+
+def wire_messages(messages: list[Message]) -> list[Message]:
+    """`messages` as OpenAI's chat API takes them: each message of a known role keeps only the
+    fields that role has there (a record's ``reasoning_content`` and any field of envsdk's own
+    are left out), and an assistant's ``tool_calls`` carry ``type: "function"`` and their
+    ``arguments`` as JSON text (an ``arguments`` object, as chat templates take it, is dumped)."""
+    sent: list[Message] = []
+    for message in messages:
+        fields = _WIRE_FIELDS.get(str(message.get("role")))
+        if fields is None:
+            sent.append(message)
+            continue
+        kept = {key: message[key] for key in fields if key in message}
+        calls = kept.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            kept["tool_calls"] = [_wire_call(call) for call in calls]
+        elif "tool_calls" in kept:  # null or empty: OpenAI refuses an empty list
+            del kept["tool_calls"]
+        sent.append(kept)
+    return sent
+
+
+def _wire_call(call: Any) -> Any:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    function = dict(call["function"])
+    if not isinstance(function.get("arguments"), str):
+        function["arguments"] = json.dumps(function.get("arguments") or {})
+    return {**call, "type": call.get("type") or "function", "function": function}
+
+
 def _parse_completion(url: str, text: str) -> PolicyOutput:
     try:
         payload = json.loads(text)
         choice = payload["choices"][0]
-        content = choice["message"].get("content")
+        message = choice["message"]
+        content = message.get("content")
         finish = choice.get("finish_reason")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise InferenceResponseError(
@@ -259,16 +368,53 @@ def _parse_completion(url: str, text: str) -> PolicyOutput:
         ) from exc
     usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
     prompt_ids, completion_ids = _ids_or_none(payload.get("prompt_token_ids")), _ids_or_none(choice.get("token_ids"))
+    # `reasoning_content` is vLLM's name before 0.11 and SGLang's; `reasoning` vLLM's since.
+    reasoning = next((r for r in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(r, str) and r), None)
     return PolicyOutput(
         # A reply made only of tool calls or cut before any text has content null.
         text=content if isinstance(content, str) else "",
         finish_reason="length" if finish == "length" else "stop",
+        reasoning=reasoning,
+        tool_calls=_tool_calls(url, message.get("tool_calls")),
         prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
         completion_tokens=_int_or_none(usage.get("completion_tokens")),
         prompt_ids=prompt_ids if completion_ids is not None else None,
         completion_ids=completion_ids if prompt_ids is not None else None,
         logprobs=_token_logprobs(choice.get("logprobs"), completion_ids),
     )
+
+
+def _tool_calls(url: str, value: Any) -> list[dict[str, Any]] | None:
+    """A reply's ``tool_calls`` in OpenAI's form, or None when it has none;
+    `InferenceToolCallError` for one that is not a list of function calls."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise InferenceToolCallError(url, f"expected a list of calls, got {type(value).__name__}", value)
+    ids = {call.get("id") for call in value if isinstance(call, dict)}
+    calls: list[dict[str, Any]] = []
+    for n, call in enumerate(value):
+        where = f"call {n}"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise InferenceToolCallError(url, f"{where} has no function object", value)
+        kind = call.get("type", "function")
+        if kind != "function":
+            raise InferenceToolCallError(url, f"{where} is of type {kind!r}, not a function call", value)
+        name = function.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InferenceToolCallError(url, f"{where} names no function", value)
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments)
+        if not isinstance(arguments, str):
+            raise InferenceToolCallError(url, f"{where} ({name}) has arguments that are neither JSON text nor an object", value)
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = next(f"call_{k}" for k in range(n, n + len(value) + 1) if f"call_{k}" not in ids)
+            ids.add(call_id)
+        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+    return calls
 
 
 def _ids_or_none(value: Any) -> list[int] | None:

@@ -11,6 +11,8 @@ Each reads only the conversation it is given (OpenAI chat messages), exactly as 
 * Tool environments: the ``<tools>`` block of the system message (one JSON function
   description a line, as Qwen/Hermes chat templates and `ToolScheduler` write it); the reply is
   ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` with arguments drawn from the schema.
+* A typed action (a server's ``/schema`` ``action`` given to `RandomPolicy`): a JSON object drawn
+  from that schema (`envsdk.schema_values`), every value of its type and within its bounds.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import json
 import random
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
 from envsdk.envs.frozen_lake import DIRECTIONS, shortest_path
+from envsdk.formats import action_fields
 from envsdk.games.sudoku import Board, candidates, parse_board, solve
 from envsdk.policies.base import (
     Message,
@@ -32,6 +36,7 @@ from envsdk.policies.base import (
     PolicyError,
     message_text,
 )
+from envsdk.schema_values import random_value
 
 __all__ = [
     "RandomPolicy",
@@ -43,6 +48,7 @@ __all__ = [
     "SUPPORTED_ENVS",
     "GENERIC_REPLIES",
     "listed_tools",
+    "typed_action",
 ]
 
 SUPPORTED_ENVS = ("sudoku", "frozen_lake", "coding")
@@ -64,7 +70,6 @@ GENERIC_REPLIES: tuple[str, ...] = (
 
 _DIRECTION_NAMES = tuple(DIRECTIONS)
 _TOOLS_BLOCK = re.compile(r"<tools>\s*(.*?)\s*</tools>", re.DOTALL)
-_WORDS = ("alpha", "beta", "gamma", "delta", "hello", "test")
 _GRID_LINE = re.compile(r"^[SFHGP](?: [SFHGP])+$")
 
 
@@ -112,36 +117,29 @@ def listed_tools(messages: list[Message]) -> list[dict[str, Any]]:
     return []
 
 
-def _random_value(rng: random.Random, schema: Any) -> Any:
-    """A value that fits a JSON schema property: within ``minimum``/``maximum`` for numbers,
-    one of its ``enum``, a word for strings."""
-    schema = schema if isinstance(schema, dict) else {}
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return rng.choice(schema["enum"])
-    kind = schema.get("type")
-    if kind is None and isinstance(schema.get("anyOf"), list):
-        kinds = [o for o in schema["anyOf"] if isinstance(o, dict) and o.get("type") not in (None, "null")]
-        return _random_value(rng, kinds[0]) if kinds else None
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        high = schema.get("maximum", schema.get("exclusiveMaximum", max(low, 0) + 100))
-        value = rng.randint(int(low), int(high)) if kind == "integer" else rng.uniform(float(low), float(high))
-        return value
-    if kind == "boolean":
-        return rng.random() < 0.5
-    if kind == "array":
-        return []
-    if kind == "object":
-        return {}
-    return rng.choice(_WORDS)
+def typed_action(action_schema: Mapping[str, Any] | None) -> bool:
+    """Whether an action with this JSON schema takes typed values rather than a reply's text: it
+    has a field that is not a free string, or several fields. An action of one free string field
+    (OpenEnv's ``message``, TextArena's) gets the text of a reply as it is."""
+    if not isinstance(action_schema, Mapping):
+        return False
+    fields = action_fields(action_schema)
+    if len(fields) != 1:
+        return bool(fields)
+    prop = next(iter(fields.values()))
+    free = {"type": "string"}
+    return not (isinstance(prop, dict) and {k: v for k, v in prop.items() if k in ("type", "enum", "const", "anyOf",
+        "oneOf", "$ref", "allOf", "pattern", "minLength", "maxLength")} == free)
 
 
 class RandomPolicy(Policy):
     """Random but well-formed moves: ``[r c n]`` with r, c, n uniform in 1–9 for Sudoku,
     ``<action>d</action>`` with d uniform over the four directions for FrozenLake, a call of a
     uniformly drawn tool with arguments drawn from its schema for a tool environment (one whose
-    system message lists tools), and for any other environment a reply drawn uniformly from
-    `GENERIC_REPLIES`.
+    system message lists tools), an action drawn from `action_schema` (a server's ``/schema``
+    ``action``) written as a JSON object when that action is typed (`typed_action`: an int to
+    guess, an order of several fields), and for any other environment (an action of one free
+    text field) a reply drawn uniformly from `GENERIC_REPLIES`.
 
     The same `seed` gives the same sequence of replies; only a tool list is read from the
     conversation. A scheduler gives each episode its own policy (`for_episode`), whose replies
@@ -149,12 +147,16 @@ class RandomPolicy(Policy):
     whatever its concurrency and the order its episodes end in.
     """
 
-    def __init__(self, env_name: str, seed: int | str | None = None) -> None:
+    def __init__(
+        self, env_name: str, seed: int | str | None = None, *, action_schema: Mapping[str, Any] | None = None
+    ) -> None:
         try:
             self.env_name = canonical_env_name(env_name)
         except ValueError:
             self.env_name = env_name  # any other env: generic replies
         self.seed = seed
+        self.action_schema = dict(action_schema) if isinstance(action_schema, Mapping) else None
+        self._typed = typed_action(self.action_schema)
         self._rng = random.Random(seed)
 
     def for_episode(self, request: Any) -> RandomPolicy:
@@ -169,20 +171,28 @@ class RandomPolicy(Policy):
         else:
             episode = str(getattr(request, "uuid", ""))
         # A str seed is hashed with SHA-512 by `random.Random`: the same on every run and machine.
-        return RandomPolicy(self.env_name, seed=f"{self.seed}/{episode}")
+        return RandomPolicy(self.env_name, seed=f"{self.seed}/{episode}", action_schema=self.action_schema)
 
     async def act(self, messages: list[Message]) -> str:
         tools = listed_tools(messages)
         if tools:
             tool = self._rng.choice(tools)
-            properties = tool["parameters"].get("properties") or {}
-            arguments = {name: _random_value(self._rng, properties.get(name)) for name in tool["parameters"].get("required", [])}
+            parameters = tool["parameters"]
+            properties = parameters.get("properties") or {}
+            arguments = {
+                name: random_value(self._rng, properties.get(name), parameters) for name in parameters.get("required", [])
+            }
             return f"<tool_call>{json.dumps({'name': tool['name'], 'arguments': arguments})}</tool_call>"
         if self.env_name == "sudoku":
             r, c, n = (self._rng.randint(1, 9) for _ in range(3))
             return f"[{r} {c} {n}]"
         if self.env_name == "frozen_lake":
             return f"<action>{self._rng.choice(_DIRECTION_NAMES)}</action>"
+        if self._typed and self.action_schema is not None:
+            schema = self.action_schema
+            fields = action_fields(schema)
+            drawn = random_value(self._rng, {**schema, "properties": fields}, schema)
+            return json.dumps(drawn, ensure_ascii=False)
         return self._rng.choice(GENERIC_REPLIES)
 
 
