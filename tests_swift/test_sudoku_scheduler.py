@@ -67,7 +67,9 @@ async def test_server_mode_run_solves_a_game_and_closes_its_session(
 
     messages = output.messages
     assert messages[0] == {"role": "system", "content": SUDOKU_SYSTEM_MESSAGE}
-    assert "GUARANTEED MOVES" in messages[1]["content"] and "Play Sudoku." not in messages[1]["content"]
+    # The default hints give no move of the solution (ENVSDK_SUDOKU_HINTS=all gives ms-swift's).
+    assert "Current Sudoku board" in messages[1]["content"] and "GUARANTEED MOVES" not in messages[1]["content"]
+    assert "Play Sudoku." not in messages[1]["content"]
     assert messages[3]["role"] == "user" and messages[3]["content"].startswith("Step 1. Progress: 1 cells filled.")
     assert [m["role"] for m in messages[1:]] == ["user", "assistant"] * infos["num_turns"]
     assert len(output.response_token_ids) == infos["num_turns"]  # one token segment per reply
@@ -100,15 +102,62 @@ def test_colocate_mode_sessions_outlive_ms_swift_short_lived_event_loops(
     assert active_sessions(sudoku_url) == 0
 
 
-async def test_reply_cut_by_the_length_limit_is_not_played_and_ends_the_episode(
+async def test_reply_cut_by_the_length_limit_is_not_played_and_costs_what_no_move_costs(
     sudoku_plugin: ModuleType, sudoku_url: str, tokenizer: Any
 ) -> None:
+    """It ended with reward 0.0: above a reply naming no move (−1.0), so GRPO rewarded rambling."""
     engine = ScriptedEngine(ReplyScript(["[1 1 1"]), tokenizer, finish_reasons=["length"])
     output = await _scheduler(engine, 100).run(_request(sudoku_url, 4), CONFIG)
     infos = output.rollout_infos
-    assert infos["status"] == "length" and infos["num_turns"] == 1
-    assert infos["step_rewards"] == [] and infos["total_reward"] == 0.0
+    assert infos["status"] == "length" and infos["num_turns"] == 1 and infos["truncated"] is True
+    assert infos["cut_replies"] == "penalty" and infos["step_rewards"] == []
+    assert infos["format_penalty"] == -1.0 and infos["total_reward"] == -1.0
     assert active_sessions(sudoku_url) == 0
+
+
+class _Thinking(Policy):
+    """The oracle's move after a ``<think>`` block that weighs another move (one on a filled cell)."""
+
+    def __init__(self) -> None:
+        self.oracle = SudokuOraclePolicy()
+        self.weighed: list[str] = []
+
+    async def act(self, messages: list[dict[str, Any]]) -> str:
+        right = await self.oracle.act(messages)
+        board = SudokuOraclePolicy.read_board(messages)
+        r, c = next((r, c) for r in range(9) for c in range(9) if board[r][c])
+        wrong = f"[{r + 1} {c + 1} {board[r][c] % 9 + 1}]"
+        self.weighed.append(wrong)
+        return f"<think>Could {wrong} work? No. So {right}.</think> {right}"
+
+
+async def test_a_reasoning_reply_plays_the_move_after_its_thinking(
+    sudoku_plugin: ModuleType, sudoku_url: str, tokenizer: Any
+) -> None:
+    """The bridge stepped the game with the whole completion: the move inside ``<think>`` was played."""
+    policy = _Thinking()
+    engine = ScriptedEngine(policy, tokenizer)
+    output = await _scheduler(engine, 3).run(_request(sudoku_url, 7), CONFIG)
+    infos = output.rollout_infos
+    assert infos["status"] == "max_turns" and infos["valid_move"] == 1.0 and infos["empty_cell"] == 1.0
+    assert len(infos["moves_tried"]) == 3 and not set(infos["moves_tried"]) & set(policy.weighed)
+    assert active_sessions(sudoku_url) == 0
+
+
+async def test_with_cut_replies_env_a_cut_reply_is_played_and_ends_the_episode(
+    sudoku_plugin: ModuleType, sudoku_url: str, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVSDK_CUT_REPLIES", "env")
+    engine = ScriptedEngine(_Thinking(), tokenizer, finish_reasons=["stop", "length"])
+    output = await _scheduler(engine, 100).run(_request(sudoku_url, 8), CONFIG)
+    infos = output.rollout_infos
+    assert infos["status"] == "length" and infos["truncated"] is True and infos["cut_replies"] == "env"
+    assert infos["num_turns"] == 2 and len(infos["step_rewards"]) == 2 and infos["valid_move"] == 1.0
+    assert active_sessions(sudoku_url) == 0
+
+    monkeypatch.setenv("ENVSDK_CUT_REPLIES", "drop")
+    with pytest.raises(ValueError, match="ENVSDK_CUT_REPLIES.*env, penalty, mask"):
+        _scheduler(engine, 100)
 
 
 async def test_unparseable_reply_costs_one_and_ends_the_episode(

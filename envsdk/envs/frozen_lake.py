@@ -35,6 +35,7 @@ from typing import Any
 from envsdk.env import Env, RolloutRequest
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.protocol import ErrorCode
+from envsdk.reasoning import split_reasoning
 from envsdk.rewards import Rubric
 
 __all__ = [
@@ -381,7 +382,9 @@ class FrozenLakeEnv(Env):
                 "the FrozenLake episode is over; reset before stepping again",
                 ErrorCode.EPISODE_DONE.value,
             )
-        reply = str(messages[-1].get("content", "")) if messages else ""
+        # The reply after any reasoning block: a trainer that steps the env with the model's whole
+        # completion (ms-swift's gym scheduler) gets its answer played, never its thinking.
+        reply = split_reasoning(str(messages[-1].get("content", "")))[1] if messages else ""
         text, reward, done, info, transition = self._play(game, reply)
         if transition is not None:
             await self._apply_rubric(reply, transition, info)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from envsdk.registry import schedulers as _registry
 from envsdk.schedulers.base import (
+    CUT_RULES,
+    CutRule,
     MultiTurnScheduler,
     Policy,
     Status,
@@ -34,6 +36,8 @@ from envsdk.schedulers.sudoku import (
 )
 
 __all__ = [
+    "CUT_RULES",
+    "CutRule",
     "MultiTurnScheduler",
     "Policy",
     "Status",

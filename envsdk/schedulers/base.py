@@ -12,6 +12,12 @@ it works on (which carries the dataset row as ``trajectory.request``):
 
 `MultiTurnScheduler.run` drives a batch; one trajectory's failure is recorded on that
 trajectory (status ``error``) and never escapes `run`.
+
+What the model sends back is read in one place, `MultiTurnScheduler.take_reply`, which the run
+loop and the ms-swift bridge both call: a reasoning block is split off and kept in the
+assistant message's ``reasoning_content`` (the environment gets only the reply after it), and a
+completion cut by the length limit is flagged (``trajectory.truncated``) and dealt with by the
+scheduler's `CutRule` (``cut_replies``).
 """
 
 from __future__ import annotations
@@ -20,18 +26,21 @@ import abc
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import stat
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Protocol, TypedDict, runtime_checkable
+from typing import IO, Any, Literal, Protocol, TypedDict, get_args, runtime_checkable
 
 from envsdk.env import RolloutRequest
 from envsdk.errors import mask_secrets
 from envsdk.policies.base import Policy as BasePolicy
+from envsdk.reasoning import split_reasoning
 from envsdk.records import (
     TEMPORARY_SUFFIX,
     RecordError,
@@ -41,6 +50,7 @@ from envsdk.records import (
     StepRecord,
     Trajectory,
     check_record,
+    done_reason,
     hold_records,
     record_bytes,
     rehold,
@@ -59,9 +69,67 @@ __all__ = [
     "TrajectoryWriter",
     "RecordsWritten",
     "completion_of",
+    "CutRule",
+    "CUT_RULES",
+    "DEFAULT_CUT_RULE",
+    "CUT_RULE_TEXT",
+    "FORMAT_PENALTY",
+    "Reply",
+    "check_cut_rule",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: What happens to a completion cut by the length limit (``finish_reason == "length"``, or
+#: longer than ``max_completion_chars``); the episode ends with it under every rule:
+#:
+#: * ``env``: sent to the environment like any reply (its reasoning split off first, so a cut
+#:   inside the reasoning is an empty reply), and scored as the environment scores it;
+#: * ``penalty``: not sent; the episode's reward gets the format penalty (``cut_penalty``, by
+#:   default the scheduler's `MultiTurnScheduler.format_penalty`: Sudoku's reply with no move);
+#: * ``mask``: not sent, nothing added; a trainer leaves the episode out of the loss (TRL's
+#:   ``mask_truncated_completions``; `envsdk.integrations.trl.make_rollout_func` zeroes its
+#:   ``env_mask``).
+CutRule = Literal["env", "penalty", "mask"]
+CUT_RULES: tuple[CutRule, ...] = get_args(CutRule)
+#: Ranks a cut reply with a reply the scheduler cannot read, never above it: rambling past
+#: the limit then earns nothing a reply naming no move does not.
+DEFAULT_CUT_RULE: CutRule = "penalty"
+#: Each rule in a few words, as run summaries state it.
+CUT_RULE_TEXT: dict[CutRule, str] = {
+    "env": "sent to the environment like any reply, reasoning split off; the episode then ends",
+    "penalty": "not sent; the episode ends with the format penalty",
+    "mask": "not sent; the episode ends, left out of training",
+}
+#: The default format penalty: what a reply the scheduler cannot read costs (below any reward of
+#: an environment that scores 0 to 1).
+FORMAT_PENALTY = -1.0
+#: The ``rollout_infos`` keys a cut reply leaves: its rule, and the penalty the episode got.
+CUT_REPLIES_INFO = "cut_replies"
+FORMAT_PENALTY_INFO = "format_penalty"
+
+
+def check_cut_rule(rule: object) -> CutRule:
+    """`rule` when it is a `CutRule`, else `ValueError` naming the three."""
+    if rule not in CUT_RULES:
+        raise ValueError(f"cut_replies must be one of {', '.join(CUT_RULES)}, got {rule!r}")
+    return rule
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A turn's completion as the scheduler read it (`MultiTurnScheduler.take_reply`).
+
+    ``text`` is what the environment gets: the reply with any reasoning split off (the part of
+    it within ``max_completion_chars``); ``reasoning`` the reasoning kept in the record;
+    ``cut`` why the length limit cut the completion, or None; ``sent`` whether the reply goes
+    to the environment (False: a cut reply the rule keeps from it; the episode has ended)."""
+
+    text: str
+    reasoning: str | None = None
+    cut: str | None = None
+    sent: bool = True
+
 
 class TurnResult(TypedDict, total=False):
     """What `MultiTurnScheduler.on_turn_end` returns (ms-swift's shape)."""
@@ -99,10 +167,22 @@ def completion_of(output: Any) -> tuple[str, str | None]:
 class MultiTurnScheduler(abc.ABC):
     """Drives trajectories: policy reply → `on_turn_end` (env step) → `step` (next observation).
 
-    ``max_turns`` bounds the policy replies per trajectory. A completion is cut (status
-    ``length``, not sent to the environment) when the policy reports ``finish_reason ==
-    "length"`` or the reply is longer than ``max_completion_chars``.
+    ``max_turns`` bounds the policy replies per trajectory. A completion is cut when the policy
+    reports ``finish_reason == "length"`` or it is longer than ``max_completion_chars``
+    (reasoning included; the rest is cut off): the trajectory is flagged ``truncated`` and ends
+    by ``cut_replies``, a `CutRule` (default ``penalty``, with ``cut_penalty`` or, when that is
+    None, `format_penalty`). Its status is ``length`` unless the environment ended the episode
+    on the reply (``env``).
     """
+
+    #: What a reply the scheduler cannot read costs: the penalty of a cut reply under the
+    #: ``penalty`` rule unless ``cut_penalty`` says otherwise. A subclass sets its own (Sudoku:
+    #: its reply with no move, −1.0; coding: 0.0, what code that fails its tests gets).
+    format_penalty: float = FORMAT_PENALTY
+    #: Set on the instance by the constructor; the class values serve a subclass that does not
+    #: call it.
+    _cut_replies: CutRule = DEFAULT_CUT_RULE
+    _cut_penalty: float | None = None
 
     #: False: a step record keeps its observation only while it is its trajectory's last step
     #: (`is_success` may read that one), for a caller whose records hold no per-step
@@ -118,11 +198,44 @@ class MultiTurnScheduler(abc.ABC):
     #: sets it so on the schedulers it makes from envsdk's own classes.
     infos_each_turn: bool = True
 
-    def __init__(self, *, max_turns: int = 10, max_completion_chars: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_turns: int = 10,
+        max_completion_chars: int | None = None,
+        cut_replies: CutRule = DEFAULT_CUT_RULE,
+        cut_penalty: float | None = None,
+    ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if max_completion_chars is not None and max_completion_chars < 1:
+            raise ValueError(f"max_completion_chars must be >= 1, got {max_completion_chars}")
         self.max_turns = max_turns
         self.max_completion_chars = max_completion_chars
+        self.cut_replies = cut_replies
+        self.cut_penalty = cut_penalty
+
+    @property
+    def cut_replies(self) -> CutRule:
+        """What a completion cut by the length limit gets (a `CutRule`)."""
+        return self._cut_replies
+
+    @cut_replies.setter
+    def cut_replies(self, rule: CutRule) -> None:
+        self._cut_replies = check_cut_rule(rule)
+
+    @property
+    def cut_penalty(self) -> float | None:
+        """What the ``penalty`` rule adds to a cut episode's reward; None: `format_penalty`."""
+        return self._cut_penalty
+
+    @cut_penalty.setter
+    def cut_penalty(self, penalty: float | None) -> None:
+        if penalty is not None and (
+            isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty)
+        ):
+            raise ValueError(f"cut_penalty must be a finite number, got {penalty!r}")
+        self._cut_penalty = None if penalty is None else float(penalty)
 
     @abc.abstractmethod
     async def on_trajectory_start(self, trajectory: Trajectory) -> None:
@@ -139,6 +252,82 @@ class MultiTurnScheduler(abc.ABC):
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         """Release the trajectory's environment. Called exactly once per trajectory."""
         return None
+
+    def tools_for(self, trajectory: Trajectory) -> list[dict[str, Any]] | None:
+        """The OpenAI tool definitions a tool-calling policy is given for this trajectory
+        (asked once, after `on_trajectory_start`); None (the default): the env takes text
+        replies. A policy given them may answer with native tool calls, which the assistant
+        message then carries as ``tool_calls``."""
+        return None
+
+    def take_reply(
+        self,
+        trajectory: Trajectory,
+        text: str,
+        turn: int,
+        *,
+        reasoning: str | None = None,
+        finish_reason: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> Reply:
+        """Read a turn's completion: append it to the conversation as the assistant message
+        and say what the environment gets. `reasoning` is the reasoning a backend returned
+        apart from `text`; when None, a ``<think>…</think>`` block is split off `text`
+        (`envsdk.reasoning.split_reasoning`). The message holds the reply as ``content``,
+        the reasoning as ``reasoning_content`` and `tool_calls` (OpenAI's form) when given.
+
+        A completion cut by the length limit (`finish_reason` ``"length"``, or longer than
+        ``max_completion_chars``, which then cuts it there) flags the trajectory
+        ``truncated`` and records the rule in ``rollout_infos["cut_replies"]``; under
+        ``penalty`` and ``mask`` the trajectory is finished here (status ``length``) and the
+        reply is not sent (`Reply.sent` False)."""
+        cut: str | None = None
+        limit = self.max_completion_chars
+        if limit is not None and len(text) + len(reasoning or "") > limit:
+            cut = f"completion of {len(text) + len(reasoning or '')} chars exceeds max_completion_chars={limit}"
+            if reasoning is not None:
+                reasoning, text = reasoning[:limit], text[: max(0, limit - len(reasoning))]
+            else:
+                text = text[:limit]
+        elif finish_reason == "length":
+            cut = "completion cut by the policy's length limit"
+        if reasoning is None:
+            reasoning, text = split_reasoning(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        trajectory.messages.append(message)
+        trajectory.turns = turn
+        if cut is None:
+            return Reply(text, reasoning)
+        rule = self.cut_replies
+        trajectory.truncated = True
+        trajectory.rollout_infos[CUT_REPLIES_INFO] = rule
+        if rule == "env":
+            return Reply(text, reasoning, cut)
+        trajectory.finish("length", f"{cut}; not sent to the environment (cut_replies={rule}: {CUT_RULE_TEXT[rule]})")
+        return Reply(text, reasoning, cut, sent=False)
+
+    def settle_cut_reply(self, trajectory: Trajectory) -> None:
+        """What the trajectory's cut reply still owes once its environment is released (after
+        `on_trajectory_end`, so that a total the scheduler sets as the episode ends is not
+        written over): under ``penalty``, `apply_format_penalty`. Nothing for any other."""
+        if trajectory.truncated and trajectory.rollout_infos.get(CUT_REPLIES_INFO) == "penalty":
+            penalty = self.format_penalty if self.cut_penalty is None else self.cut_penalty
+            self.apply_format_penalty(trajectory, penalty)
+
+    def apply_format_penalty(self, trajectory: Trajectory, penalty: float) -> None:
+        """Add `penalty` to the episode's reward: a reply cut under the ``penalty`` rule.
+        Default: ``total_reward`` grows by it, ``rollout_infos`` says so (``format_penalty``,
+        ``total_reward``, and how the total was made in ``total_reward_is``). A scheduler that
+        shapes its reward from parts overrides it (Sudoku: its ``format_penalty`` part)."""
+        trajectory.total_reward += penalty
+        infos = trajectory.rollout_infos
+        infos[FORMAT_PENALTY_INFO] = penalty
+        infos["total_reward"] = trajectory.total_reward
+        infos.setdefault("total_reward_is", "the sum of step_rewards + format_penalty (a reply cut by the length limit)")
 
     def is_success(self, trajectory: Trajectory) -> bool | None:
         """Whether the episode succeeded, or None when that is not stated. Default: what the
@@ -203,38 +392,39 @@ class MultiTurnScheduler(abc.ABC):
             # The base class's act_ex only wraps act's text: act is called itself (one coroutine
             # and one PolicyOutput a turn fewer), and its reply reads the same.
             wraps_act = getattr(type(policy), "act_ex", None) is BasePolicy.act_ex
-            act = act_ex if callable(act_ex) and not wraps_act else policy.act
+            act: Callable[..., Any] = act_ex if callable(act_ex) and not wraps_act else policy.act
             await self.on_trajectory_start(trajectory)
+            # Native tool definitions go to a policy that takes them; any other plays the text form.
+            tools = self.tools_for(trajectory) if getattr(policy, "supports_tools", False) else None
             conversation: list[dict[str, Any]] = []
             for turn in range(1, self.max_turns + 1):
                 asked = time.perf_counter()
                 conversation = _conversation(conversation, trajectory.messages)
                 # A list of its own too: a policy may keep or extend the one it was given.
-                output = await act(list(conversation))
+                output = await (act(list(conversation)) if tools is None else act(list(conversation), tools=tools))
                 policy_s += time.perf_counter() - asked
                 if type(output) is str:  # a plain reply: no finish reason or token ids to look for
-                    text, finish_reason = output, None
+                    reply = self.take_reply(trajectory, output, turn)
                 else:
                     text, finish_reason = completion_of(output)
                     _record_tokens(trajectory, output, turn)
-                trajectory.messages.append({"role": "assistant", "content": text})
-                trajectory.turns = turn
-                if finish_reason == "length":
-                    trajectory.finish("length", "completion cut by the policy's length limit")
-                    break
-                if self.max_completion_chars is not None and len(text) > self.max_completion_chars:
-                    trajectory.finish(
-                        "length", f"completion of {len(text)} chars exceeds max_completion_chars={self.max_completion_chars}"
+                    reply = self.take_reply(
+                        trajectory, text, turn, reasoning=getattr(output, "reasoning", None),
+                        finish_reason=finish_reason, tool_calls=getattr(output, "tool_calls", None),
                     )
+                if not reply.sent:
                     break
-                result = await self.on_turn_end(trajectory, text, turn)
+                result = await self.on_turn_end(trajectory, reply.text, turn)
                 if not keep_observations:
                     forgotten = _forget_observations(trajectory.steps, forgotten)
                 infos = result.get("rollout_infos")
                 if infos:
                     trajectory.rollout_infos.update(infos)
                 if result.get("done"):
-                    trajectory.finish("done", trajectory.reason or "environment signalled done")
+                    trajectory.finish("done", trajectory.reason or done_reason(trajectory))
+                    break
+                if reply.cut is not None:
+                    trajectory.finish("length", f"{reply.cut}; sent to the environment (cut_replies=env), which played it")
                     break
                 await self.step(trajectory, result, turn)
             else:
@@ -253,6 +443,11 @@ class MultiTurnScheduler(abc.ABC):
             except Exception as exc:  # a failed close must not hide how the episode ended
                 trajectory.rollout_infos["close_error"] = f"{type(exc).__name__}: {exc}"
                 logger.warning("closing trajectory %s failed: %r", trajectory.uuid, exc)
+            try:
+                self.settle_cut_reply(trajectory)
+            except Exception as exc:  # an override's failure is this trajectory's, never the batch's
+                trajectory.rollout_infos["cut_reply_error"] = f"{type(exc).__name__}: {exc}"
+                logger.warning("settling the cut reply of trajectory %s failed: %r", trajectory.uuid, exc)
             # A record states true, false or null: an `is_success` override's 1 or numpy bool is one.
             stated = self.is_success(trajectory)
             trajectory.success = None if stated is None else bool(stated)

@@ -4,7 +4,11 @@ What the model reads: at reset, the problem (the function's signature and docstr
 to answer (a fenced Python block); after each step, what its code did (exit status, what it
 printed), then the test verdict with its feedback (`render_code_observation`). What is sent:
 the last fenced code block of the reply (```` ```python ```` or a bare fence), else the whole
-reply, as ``{"code": ...}``: OpenEnv's ``CodeAction``. Success: the problem's tests passed.
+reply, as ``{"code": ...}``: OpenEnv's ``CodeAction``. Success: the problem's tests passed. The
+reply is what follows any reasoning block (``<think>…</think>``): a draft the model writes while
+it thinks is never run. A reply cut by the length limit is, under the default
+``cut_replies="penalty"``, not run and scores 0.0 (`CodingScheduler.format_penalty`: what code
+that fails its tests gets); under ``"env"`` its code runs and is judged like any other.
 
 An episode is one attempt (`DEFAULT_MAX_TURNS`), as lm-eval and evalplus count HumanEval's
 pass@1; with ``max_turns`` N > 1 the model reads the test feedback and tries again, up to N
@@ -16,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from envsdk.reasoning import split_reasoning
 from envsdk.schedulers.base import Trajectory
 from envsdk.schedulers.openenv import OpenEnvScheduler
 
@@ -46,7 +51,9 @@ def sample_text(max_turns: int) -> str:
 
 def extract_code(text: str) -> str:
     """The code of a reply: its last fenced block tagged python (or untagged), else its last
-    fenced block of any tag, else the whole text."""
+    fenced block of any tag, else the whole text; all read after any reasoning block
+    (`envsdk.reasoning.split_reasoning`), so a completion's drafts in its thinking are not it."""
+    text = split_reasoning(text)[1]
     blocks: list[tuple[str, str]] = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     for tag, body in reversed(blocks):
         if tag in ("", "python", "py", "python3"):
@@ -107,6 +114,10 @@ def _tests_text(tests: Any, entry_point: str) -> str:
 
 class CodingScheduler(OpenEnvScheduler):
     """Episodes of the coding server (`servers.coding`): see the module docstring."""
+
+    #: A reply the scheduler cannot use scores as code that fails its tests (a cut reply under
+    #: ``cut_replies="penalty"``): never above a wrong answer, never below it.
+    format_penalty: float = 0.0
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_turns", DEFAULT_MAX_TURNS)

@@ -1,8 +1,10 @@
 """`GYMScheduler`: local, in-process `Env`s chosen by name (ms-swift's GYM scheduler, fixed).
 
 Compared with ms-swift: the env is closed on every end (ms-swift leaks it at ``max_turns``),
-a completion cut by length is never stepped, each step's ``info`` is kept, and an env error
-ends only its own trajectory.
+a completion cut by length is dealt with by the scheduler's ``cut_replies`` rule (by default not
+stepped, and the episode's reward gets the format penalty), each step's ``info`` is kept, and an
+env error ends only its own trajectory. The env reads the conversation with each assistant
+message's reasoning apart (``reasoning_content``): its ``content`` is the reply alone.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from envsdk.env import Env
 from envsdk.registry import Registry, envs
 from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
-from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.base import DEFAULT_CUT_RULE, CutRule, MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 
 __all__ = ["GYMScheduler"]
 
@@ -32,7 +34,13 @@ class GYMScheduler(MultiTurnScheduler):
     row's messages with ``[system?, user(observation)]``; every turn steps the env with the
     whole conversation; ``rollout_infos`` = ``{total_reward, step_rewards, step_infos,
     reset_info}``.
+
+    A reply cut by the length limit scores 0.0 under the ``penalty`` rule (`format_penalty`):
+    what an ``Env`` of this kind gives a reply it cannot read (FrozenLake's does), so a 0/1
+    reward stays 0/1; give ``cut_penalty`` for an env that scores such a reply otherwise.
     """
+
+    format_penalty: float = 0.0
 
     def __init__(
         self,
@@ -41,8 +49,13 @@ class GYMScheduler(MultiTurnScheduler):
         registry: Registry[Any] | None = None,
         max_turns: int = 10,
         max_completion_chars: int | None = None,
+        cut_replies: CutRule = DEFAULT_CUT_RULE,
+        cut_penalty: float | None = None,
     ) -> None:
-        super().__init__(max_turns=max_turns, max_completion_chars=max_completion_chars)
+        super().__init__(
+            max_turns=max_turns, max_completion_chars=max_completion_chars, cut_replies=cut_replies,
+            cut_penalty=cut_penalty,
+        )
         self.gym_env = gym_env
         self.registry = registry if registry is not None else envs
 

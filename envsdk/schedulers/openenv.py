@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from envsdk.formats import ObservationFormatter, formatter_for, parse_reply
+from envsdk.reasoning import split_reasoning
 from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
-from envsdk.schedulers.base import MultiTurnScheduler, StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.base import DEFAULT_CUT_RULE, CutRule, MultiTurnScheduler, StepRecord, Trajectory, TurnResult
 from envsdk.types import StepResult
 
 if TYPE_CHECKING:
@@ -162,8 +163,13 @@ class OpenEnvScheduler(MultiTurnScheduler):
         use_threads: bool = False,
         client_factory: Callable[[str], EnvSession] | None = None,
         formatter: str | ObservationFormatter | None = None,
+        cut_replies: CutRule = DEFAULT_CUT_RULE,
+        cut_penalty: float | None = None,
     ) -> None:
-        super().__init__(max_turns=max_turns, max_completion_chars=max_completion_chars)
+        super().__init__(
+            max_turns=max_turns, max_completion_chars=max_completion_chars, cut_replies=cut_replies,
+            cut_penalty=cut_penalty,
+        )
         if max_concurrent_envs < 1:
             raise ValueError(f"max_concurrent_envs must be >= 1, got {max_concurrent_envs}")
         self.base_url = base_url
@@ -202,8 +208,10 @@ class OpenEnvScheduler(MultiTurnScheduler):
         """The action dict for a reply, when the action's schema is not at hand: a JSON object
         (code fence stripped) is the action, anything else ``{"message": text}``. Unless this is
         overridden, the scheduler uses `envsdk.formats.parse_reply` with the server's action
-        schema instead (a text reply then fills the action's single field, whatever its name)."""
-        return parse_reply(text)
+        schema instead (a text reply then fills the action's single field, whatever its name).
+        Either reads the reply after any reasoning block (`envsdk.reasoning.split_reasoning`):
+        a completion given whole sends its answer, not its thinking."""
+        return parse_reply(split_reasoning(text)[1])
 
     def format_observation(self, obs: dict[str, Any], *, previous: dict[str, Any] | None = None) -> str:
         """The user message for an observation; `previous` is the observation the model read
@@ -230,6 +238,7 @@ class OpenEnvScheduler(MultiTurnScheduler):
         `envsdk.formats.parse_reply` with the server's action schema (read when first needed)."""
         if self._custom_parse_action:
             return self.parse_action(text)
+        text = split_reasoning(text)[1]
         action = parse_reply(text)
         if action != {"message": text}:  # a JSON object: the action as the reply wrote it
             return action

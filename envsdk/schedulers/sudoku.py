@@ -11,11 +11,21 @@ Per step, with the reply's move ``[r c n]`` (fallback: its first three integers)
 
 total = mean(empty_cell) + mean(valid_move) + mean(repetition) + progress + correct over the
 steps so far; an unparseable reply costs −1 (``format_penalty``) and ends the episode without
-being sent. A perfect game totals 4.0.
+being sent. A perfect game totals 4.0. The move is read from the reply after any reasoning
+(``<think>…</think>``): a move the model weighs while it thinks is never played. A reply cut
+by the length limit is, under the default ``cut_replies="penalty"``, a reply with no move: −1.
 
-Each user message shows the board and hints computed from it (candidates per empty cell,
-drawn from the 10 empty cells with the fewest candidates): the moves already tried, the
-GUARANTEED MOVES (single-candidate cells, up to 5) and Other options (2–3 candidates, up to 5).
+Each user message shows the board and, as the ``hints`` option says (`HINT_LEVELS`; a row's
+``env_config["hints"]`` wins for its episode):
+
+* ``"none"``: nothing more (a rejected move is still named in the next message's header);
+* ``"rejected"`` (the default): the moves the environment rejected so far, "MOVES REJECTED (do
+  not repeat)" — the episode's own history, which gives away nothing of the solution;
+* ``"all"`` (what ms-swift's Sudoku scheduler always shows): also hints computed from the board
+  (candidates per empty cell, drawn from the 10 empty cells with the fewest candidates): the
+  GUARANTEED MOVES (single-candidate cells, up to 5) and Other options (2–3 candidates, up to 5).
+  A single-candidate cell's move is a move of the solution: copying them earns ``valid_move``
+  and ``progress`` without solving anything, so the reward is easier to earn than the task.
 
 Observations: with an envsdk Sudoku server the scheduler asks for ``observation_form=
 "compact"`` and reads the structured ``board``, ``initial_filled`` and ``last_move`` fields;
@@ -43,13 +53,14 @@ from typing import Any, Literal, NamedTuple
 from envsdk.errors import ServerError
 from envsdk.games import sudoku as game
 from envsdk.games.sudoku import Board
+from envsdk.reasoning import split_reasoning
 from envsdk.rewards.parts import (
     REWARD_COMPONENTS,
     REWARD_PARTS,
     all_finite_floats,
     components_from,
 )
-from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.base import FORMAT_PENALTY, StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import OpenEnvScheduler, RemoteEpisode
 from envsdk.types import StepResult
 
@@ -64,6 +75,9 @@ __all__ = [
     "SUDOKU_COMPONENTS",
     "SUDOKU_SYSTEM_MESSAGE",
     "TOTAL_REWARD_IS",
+    "HINT_LEVELS",
+    "DEFAULT_HINTS",
+    "check_hints",
 ]
 
 Move = tuple[int, int, int]
@@ -91,13 +105,26 @@ _SUDOKU_PARTS = itemgetter(*SUDOKU_COMPONENTS)
 
 _WARNING_RE = re.compile(r"please resubmit|avoid penalties", re.IGNORECASE)
 
+#: What the user messages add to the board (see the module doc), least first.
+HINT_LEVELS: tuple[str, ...] = ("none", "rejected", "all")
+#: The hints given unless asked otherwise: the moves rejected so far, nothing of the solution.
+DEFAULT_HINTS = "rejected"
+
+
+def check_hints(value: Any) -> str:
+    """`value` when it is one of `HINT_LEVELS`, else `ValueError` naming them."""
+    if value not in HINT_LEVELS:
+        raise ValueError(f"Sudoku hints {value!r}: expected one of {', '.join(map(repr, HINT_LEVELS))}")
+    return str(value)
+
 
 # ---------------------------------------------------------------- hints
 
 
 @dataclass(frozen=True)
 class SudokuHints:
-    """Hints for one board: moves tried, single-candidate moves, and 2–3-candidate cells.
+    """Hints for one board: moves not to repeat (the scheduler gives those the environment
+    rejected), single-candidate moves, and 2–3-candidate cells.
 
     Rows and columns are 1-based, as on the wire.
     """
@@ -106,10 +133,13 @@ class SudokuHints:
     guaranteed: tuple[Move, ...]
     options: tuple[tuple[int, int, tuple[int, ...]], ...]
 
-    def render(self) -> str:
+    def render(self, level: str = "all") -> str:
+        """The hints as the user message shows them at hint `level` (`HINT_LEVELS`)."""
         lines = []
-        if self.tried:
-            lines.append("MOVES ALREADY TRIED (do not repeat): " + ", ".join(map(_fmt_move, self.tried)))
+        if self.tried and level != "none":
+            lines.append("MOVES REJECTED (do not repeat): " + ", ".join(map(_fmt_move, self.tried)))
+        if level != "all":
+            return "\n".join(lines)
         if self.guaranteed:
             lines.append("GUARANTEED MOVES (only one option): " + ", ".join(map(_fmt_move, self.guaranteed)))
         if self.options:
@@ -144,7 +174,8 @@ def sudoku_hints(
 ) -> SudokuHints:
     """Hints drawn from the `pool` empty cells with the fewest candidates (ties: row, column).
 
-    ``tried`` lists distinct moves already tried, in the order first tried.
+    ``tried`` lists the moves not to repeat (the scheduler passes those the environment
+    rejected), in the order first tried; repeats are listed once.
     """
     # One int per cell, ordered as (candidate count, row, column) and carrying the cell's mask in
     # its low bits: ints sort in C, and only the `pool` cells kept are taken apart again.
@@ -246,11 +277,15 @@ class SudokuEpisode:
     structured: bool
     transcript_len: int = 0
     tried: dict[Move, int] = field(default_factory=dict)
+    #: The moves the environment rejected, in the order first rejected (the hints list them).
+    rejected: dict[Move, None] = field(default_factory=dict)
     reward: SudokuReward = field(default_factory=SudokuReward)
     steps: int = 0
     last_move: Move | None = None
     last_verdict: Verdict | None = None
     last_reason: str | None = None
+    #: What the user messages show beside the board (`HINT_LEVELS`).
+    hints: str = DEFAULT_HINTS
     #: Filled cells on `board`, counted once a step (a count over the 81 cells is not free).
     filled: int = field(init=False)
     #: `reward.summary()` as of the last step, taken once a step.
@@ -308,6 +343,8 @@ class SudokuEpisode:
         copy of `board_after`, or, ``owned``, the board itself: the caller hands it over and
         changes it no more (the scheduler's own reading of the observation)."""
         self.tried[move] = self.tried.get(move, 0) + 1
+        if verdict == "invalid" or verdict == "bad_format":
+            self.rejected[move] = None
         reward = self.reward
         reward.empty_cell.append(parts["empty_cell"])
         reward.valid_move.append(parts["valid_move"])
@@ -396,6 +433,12 @@ def _initial_filled(value: Any, board: Board) -> int:
     return game.count_filled(board)
 
 
+def _with_hints(board: Board, hints: str) -> str:
+    """A user message's body: the board, then the hints when there are any."""
+    text = f"Current Sudoku board ('.' = empty):\n{game.render_board(board)}"
+    return f"{text}\n\n{hints}" if hints else text
+
+
 # ---------------------------------------------------------------- scheduler
 
 
@@ -406,21 +449,37 @@ class SudokuScheduler(OpenEnvScheduler):
     structured fields); None sends nothing and reads whatever the server sends.
     ``server_rewards``: ask an envsdk server for its shaped-reward rubric and use its parts
     (step info ``reward_source`` says whose were used); False always computes them here.
+    ``hints``: what the user messages show beside the board (`HINT_LEVELS`, see the module doc;
+    default ``"rejected"``); a row's ``env_config["hints"]`` wins for its episode. Each record's
+    ``infos["hints"]`` says which level its episode was given.
     """
 
-    def __init__(self, *, observation_form: str | None = "compact", server_rewards: bool = True, **kwargs: Any) -> None:
+    #: A reply with no move costs it (and so does a reply cut under ``cut_replies="penalty"``).
+    format_penalty: float = FORMAT_PENALTY
+
+    def __init__(
+        self,
+        *,
+        observation_form: str | None = "compact",
+        server_rewards: bool = True,
+        hints: str = DEFAULT_HINTS,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("system_message", SUDOKU_SYSTEM_MESSAGE)
         kwargs.setdefault("max_turns", 100)
         super().__init__(**kwargs)
         self.observation_form = observation_form
         self.server_rewards = server_rewards
+        self.hints = check_hints(hints)
         self._parse_action_overridden = type(self).parse_action is not SudokuScheduler.parse_action
 
     # ------------------------------------------------------------ overridable
 
     def parse_move(self, text: str) -> Move | None:
-        """The move in a reply: ``[r c n]``, else its first three integers; None if neither."""
-        return game.parse_move(text)
+        """The move in a reply: ``[r c n]``, else its first three integers; None if neither.
+        Read after any reasoning block (`envsdk.reasoning.split_reasoning`), so a completion
+        given whole (a caller other than the run loop) plays its answer, not its thinking."""
+        return game.parse_move(split_reasoning(text)[1])
 
     def parse_action(self, text: str) -> dict[str, Any]:
         """The action for a reply: its move, normalised to ``{"message": "[r c n]"}``."""
@@ -439,9 +498,9 @@ class SudokuScheduler(OpenEnvScheduler):
             board = _structured_board(obs.get("board")) or game.parse_board(_transcript(obs))
             if board is None:
                 return super().format_observation(obs, previous=previous)
-            return f"Current Sudoku board ('.' = empty):\n{game.render_board(board)}\n\n{sudoku_hints(board).render()}"
-        hints = sudoku_hints(episode.board, episode.tried.keys()).render()
-        body = f"Current Sudoku board ('.' = empty):\n{game.render_board(episode.board)}\n\n{hints}"
+            return _with_hints(board, sudoku_hints(board).render(self.hints))
+        hints = "" if episode.hints == "none" else sudoku_hints(episode.board, episode.rejected).render(episode.hints)
+        body = _with_hints(episode.board, hints)
         if episode.steps == 0:
             return body
         header = f"Step {episode.steps}. Progress: {episode.cells_filled} cells filled."
@@ -526,6 +585,7 @@ class SudokuScheduler(OpenEnvScheduler):
             initial_filled=_initial_filled(obs.get("initial_filled"), board) if structured else game.count_filled(board),
             structured=structured,
             transcript_len=reading.transcript_len,
+            hints=check_hints(trajectory.env_config.get("hints", self.hints)),
         )
         episode.game = state
         trajectory.reset_info["observation_form"] = "structured" if structured else "text"
@@ -537,7 +597,7 @@ class SudokuScheduler(OpenEnvScheduler):
         state = self._game(episode, trajectory)
         move = self.parse_move(response_text)
         if move is None:
-            state.reward.format_penalty = -1.0
+            state.reward.format_penalty = self.format_penalty
             state.summary = state.reward.summary()
             trajectory.reason = f"unparseable reply (no [row column number]): {response_text[:80]!r}"
             return self._finish_turn(trajectory, state, done=True, extra={"unparseable_reply": True})
@@ -627,6 +687,14 @@ class SudokuScheduler(OpenEnvScheduler):
         trajectory.total_reward = state.summary["total_reward"]
         return self.turn_result(trajectory, done, extra)
 
+    def apply_format_penalty(self, trajectory: Trajectory, penalty: float) -> None:
+        """A cut reply under the ``penalty`` rule costs what a reply with no move does: the
+        shaped total's ``format_penalty`` part."""
+        state = self.sudoku(trajectory)
+        state.reward.format_penalty = penalty
+        state.summary = state.reward.summary()
+        trajectory.rollout_infos.update(self.episode_infos(trajectory))
+
     def episode_infos(self, trajectory: Trajectory) -> dict[str, Any]:
         """The episode's rollout infos as of its last step: the five parts, the shaped total,
         the step rewards, the cells filled and the moves tried."""
@@ -640,6 +708,7 @@ class SudokuScheduler(OpenEnvScheduler):
             "step_rewards": trajectory.step_rewards,
             "cells_filled": state.cells_filled,
             "moves_tried": list(map(_fmt_move, state.tried)),
+            "hints": state.hints,
         }
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:

@@ -2,11 +2,29 @@
 ``MCPEnvironment``) driven by a model's tool calls, with no adapter written per environment.
 
 At the start of a trajectory the tools are discovered over MCP (OpenEnv's ``list_tools`` step
-action, which every client, pool and server here speaks) and listed in the system message, in
-the ``<tools>`` block Qwen/Hermes chat templates use. Each model reply is read for one tool call
-(``<tool_call>{"name": …, "arguments": {…}}</tool_call>``, or that JSON object alone) and sent as
-OpenEnv's ``call_tool`` step action; the tool's value (or its error) is the next user message.
-A reply without a tool call ends the episode (status ``done``, reason ``no tool call``).
+action, which every client, pool and server here speaks). Every tool call of a reply is sent,
+in the reply's order, as OpenEnv's ``call_tool`` step action; a reply without a tool call ends
+the episode (status ``done``, reason ``no tool call``). Two forms, chosen per trajectory:
+
+* **native** (a policy whose ``supports_tools`` is true: an OpenAI-compatible endpoint, a
+  transformers model with a tool-calling chat template): the policy is given the tools as
+  OpenAI tool definitions (`tools_for`), which its chat template renders; no tool is listed by
+  hand. Each entry of the assistant message's ``tool_calls`` is a call, and each result
+  becomes a ``{"role": "tool", "tool_call_id": …, "name": …, "content": …}`` message, as
+  OpenAI's chat API and Hugging Face chat templates expect. A call whose arguments are not a
+  JSON object is answered with an error and not run (every call id gets its answer).
+* **text** (any other policy; ms-swift's rollout loop): the tools are listed in the system
+  message, in the ``<tools>`` block Qwen/Hermes templates write, and the reply is read for
+  ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` blocks (or that JSON object alone).
+  The results come back as one user message of ``<tool_response>`` blocks, one per call in
+  order: the characters a Qwen chat template renders for tool turns. They are not ``tool``
+  messages: an endpoint or template without tool support refuses a ``tool`` message that
+  answers no ``tool_calls``, or renders it under a role the model never learnt.
+
+The form is the policy's (``supports_tools``) unless ``tool_format`` says otherwise; records
+state it (``infos["tool_format"]``), and a native record keeps the tool definitions the model
+was given (``infos["tools"]``), so its messages can be rendered again as the model read them
+(`envsdk.tools.chat_template_messages`).
 
 Reward: a tool env reports its episode reward in its state's ``reward`` field (see
 examples/ledger_tools.py); it is read before the session closes and becomes the trajectory's
@@ -22,13 +40,39 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
-from envsdk.schedulers.base import StepRecord, Trajectory, TurnResult
-from envsdk.schedulers.openenv import OpenEnvScheduler, server_json
-from envsdk.tools import ToolSpec
+from envsdk.env import RolloutRequest
+from envsdk.formats import ObservationFormatter
+from envsdk.schedulers.base import DEFAULT_CUT_RULE, CutRule, Policy, StepRecord, Trajectory, TurnResult
+from envsdk.schedulers.openenv import EnvSession, OpenEnvScheduler, server_json
+from envsdk.tools import ToolCall, ToolSpec
 
-__all__ = ["ToolScheduler", "parse_tool_call", "TOOLS_SYSTEM_MESSAGE", "serves_tools", "scheduler_for"]
+if TYPE_CHECKING:
+    from envsdk.client.pool import PoolSpec
+
+__all__ = [
+    "ToolScheduler",
+    "ToolFormat",
+    "TOOL_FORMATS",
+    "ToolFormatError",
+    "parse_tool_call",
+    "parse_tool_calls",
+    "tool_responses",
+    "TOOLS_SYSTEM_MESSAGE",
+    "serves_tools",
+    "scheduler_for",
+]
+
+ToolFormat = Literal["native", "text"]
+#: The forms a tool environment can be played in (see the module docstring).
+TOOL_FORMATS: tuple[ToolFormat, ...] = ("native", "text")
+
+
+class ToolFormatError(ValueError):
+    """The tool form asked for cannot be played with the policy given."""
 
 
 def serves_tools(base_url: str) -> bool:
@@ -51,17 +95,16 @@ def scheduler_for(base_url: str) -> str:
     return "tools" if serves_tools(base_url) else "openenv"
 
 TOOLS_SYSTEM_MESSAGE = (
-    "You may call one of these tools per reply. Tools:\n<tools>\n{tools}\n</tools>\n"
-    'Call a tool as <tool_call>{{"name": <tool name>, "arguments": <JSON object>}}</tool_call>.'
+    "You may call one or more of these tools per reply. Tools:\n<tools>\n{tools}\n</tools>\n"
+    'Call each tool as <tool_call>{{"name": <tool name>, "arguments": <JSON object>}}</tool_call>; '
+    "the results come back in <tool_response> blocks, in the order of the calls."
 )
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
-def parse_tool_call(text: str) -> tuple[str, dict[str, Any]] | None:
-    """The (name, arguments) of the first tool call in a reply, or None when it has none."""
-    found = _TOOL_CALL.search(text)
-    body = found.group(1) if found else text.strip()
+def _call_object(body: str) -> tuple[str, dict[str, Any]] | None:
+    """The (name, arguments) a ``{"name": …, "arguments": {…}}`` JSON text holds, else None."""
     try:
         call = json.loads(body)
     except ValueError:
@@ -77,42 +120,152 @@ def parse_tool_call(text: str) -> tuple[str, dict[str, Any]] | None:
     return (call["name"], arguments) if isinstance(arguments, dict) else None
 
 
+def parse_tool_calls(text: str) -> list[ToolCall]:
+    """Every tool call a text reply makes, in order: one per ``<tool_call>`` block, or, when
+    it has no block, the reply itself when it is one call object. A block that holds no call
+    object is a `ToolCall` with its ``error`` (answered, not run). [] when it makes no call."""
+    blocks = [found.group(1).strip() for found in _TOOL_CALL.finditer(text)]
+    if not blocks:
+        call = _call_object(text.strip())
+        return [] if call is None else [ToolCall(name=call[0], arguments=call[1])]
+    calls = []
+    for body in blocks:
+        call = _call_object(body)
+        if call is None:
+            calls.append(ToolCall(name="", error=f'not a call object {{"name": …, "arguments": {{…}}}}: {body[:200]}'))
+        else:
+            calls.append(ToolCall(name=call[0], arguments=call[1]))
+    return calls
+
+
+def parse_tool_call(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The (name, arguments) of the first tool call in a reply, or None when it has none."""
+    first = next((c for c in parse_tool_calls(text) if c.error is None), None)
+    return None if first is None else (first.name, first.arguments)
+
+
+def tool_responses(results: list[str]) -> str:
+    """Tool results as one user message of the text form: a ``<tool_response>`` block each,
+    as a Qwen chat template renders consecutive ``tool`` messages."""
+    return "\n".join(f"<tool_response>\n{result}\n</tool_response>" for result in results)
+
+
+@dataclass
+class _ToolPlay:
+    """What a trajectory of `ToolScheduler` keeps: its form, the tools it was given and the
+    last turn's results, for `ToolScheduler.step`."""
+
+    native: bool
+    tools: list[dict[str, Any]]
+    answers: list[tuple[ToolCall, str]] = field(default_factory=list)
+
+
 class ToolScheduler(OpenEnvScheduler):
     """`OpenEnvScheduler` for tool environments: replies are tool calls, observations their
-    values; see the module docstring. Takes `OpenEnvScheduler`'s arguments."""
+    values; see the module docstring. Takes `OpenEnvScheduler`'s arguments and ``tool_format``:
+    ``"native"`` or ``"text"`` for every trajectory, None (the default) for the policy's own
+    (native when its ``supports_tools`` is true). ``"native"`` with a policy that takes no
+    tools raises `ToolFormatError` when the run starts."""
+
+    def __init__(
+        self,
+        *,
+        base_url: PoolSpec | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        system_message: str | None = None,
+        max_concurrent_envs: int = 4,
+        max_turns: int = 10,
+        max_completion_chars: int | None = None,
+        use_threads: bool = False,
+        client_factory: Callable[[str], EnvSession] | None = None,
+        formatter: str | ObservationFormatter | None = None,
+        cut_replies: CutRule = DEFAULT_CUT_RULE,
+        cut_penalty: float | None = None,
+        tool_format: ToolFormat | None = None,
+    ) -> None:
+        if tool_format is not None and tool_format not in TOOL_FORMATS:
+            raise ToolFormatError(f"tool_format must be one of {', '.join(TOOL_FORMATS)} (or None), got {tool_format!r}")
+        super().__init__(
+            base_url=base_url, reset_kwargs=reset_kwargs, system_message=system_message,
+            max_concurrent_envs=max_concurrent_envs, max_turns=max_turns, max_completion_chars=max_completion_chars,
+            use_threads=use_threads, client_factory=client_factory, formatter=formatter,
+            cut_replies=cut_replies, cut_penalty=cut_penalty,
+        )
+        self.tool_format: ToolFormat | None = tool_format
+
+    def tool_format_for(self, policy: Any) -> ToolFormat:
+        """The form trajectories played by `policy` take (see the class docstring)."""
+        supports = bool(getattr(policy, "supports_tools", False))
+        if self.tool_format == "native" and not supports:
+            raise ToolFormatError(
+                f"tool_format 'native' needs a policy that takes tools= (supports_tools), and "
+                f"{type(policy).__name__} does not: use 'text', or leave it unset to follow the policy"
+            )
+        return self.tool_format or ("native" if supports else "text")
+
+    async def run(
+        self,
+        requests: list[RolloutRequest],
+        policy: Policy,
+        *,
+        max_concurrency: int | None = None,
+        on_done: Any = None,
+    ) -> list[Trajectory]:
+        self.tool_format_for(policy)  # a form the policy cannot play is refused before any episode
+        return await super().run(requests, policy, max_concurrency=max_concurrency, on_done=on_done)
+
+    async def run_trajectory(self, trajectory: Trajectory, policy: Policy) -> Trajectory:
+        trajectory.rollout_infos["tool_format"] = self.tool_format_for(policy)
+        return await super().run_trajectory(trajectory, policy)
 
     async def on_trajectory_start(self, trajectory: Trajectory) -> None:
         await super().on_trajectory_start(trajectory)
         listed, _ = await self.env_step(trajectory, {"type": "list_tools"})
-        tools = _as_observation(listed.observation).get("tools") or []
-        specs = [ToolSpec.from_wire(t) for t in tools]
-        described = "\n".join(
-            json.dumps({"type": "function", "function": {"name": s.name, "description": s.description,
-                                                        "parameters": s.input_schema}})
-            for s in specs
-        )
-        block = TOOLS_SYSTEM_MESSAGE.format(tools=described)
+        tools = [ToolSpec.from_wire(t).openai() for t in _as_observation(listed.observation).get("tools") or []]
+        # Driven without a policy at hand (ms-swift's loop calls the hooks): the scheduler's form, else text.
+        native = trajectory.rollout_infos.get("tool_format", self.tool_format) == "native"
+        trajectory.rollout_infos["tool_format"] = "native" if native else "text"
+        self.episode(trajectory).game = _ToolPlay(native=native, tools=tools)
+        if native:
+            trajectory.rollout_infos["tools"] = tools
+            return
+        block = TOOLS_SYSTEM_MESSAGE.format(tools="\n".join(json.dumps(t) for t in tools))
         messages = trajectory.messages
         if messages and messages[0].get("role") == "system":
             messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}"}
         else:
             messages.insert(0, {"role": "system", "content": block})
 
+    def tools_for(self, trajectory: Trajectory) -> list[dict[str, Any]] | None:
+        """The env's tools as OpenAI tool definitions in the native form, None in the text form
+        (the system message lists them)."""
+        play = self._play(trajectory)
+        return play.tools if play.native else None
+
     async def on_turn_end(self, trajectory: Trajectory, response_text: str, turn: int) -> TurnResult:
-        call = parse_tool_call(response_text)
-        if call is None:
-            trajectory.finish("done", "no tool call")
+        play = self._play(trajectory)
+        calls = self._native_calls(trajectory) if play.native else parse_tool_calls(response_text)
+        if not calls:
+            trajectory.finish("done", _no_call_reason(play.native, response_text))
             return {"done": True, "rollout_infos": {"total_reward": trajectory.total_reward}}
-        name, arguments = call
-        action = {"type": "call_tool", "tool_name": name, "arguments": arguments}
-        result, duration = await self.env_step(trajectory, action)
-        observation = _as_observation(result.observation)
-        trajectory.steps.append(
-            StepRecord(turn=turn, action=action, observation=observation, reward=0.0, done=bool(result.done),
-                       info={"tool_error": observation.get("error")} if observation.get("error") else {},
-                       duration_s=duration)
-        )
-        return {"done": bool(result.done), "rollout_infos": {"tool_calls": len(trajectory.steps)}}
+        play.answers = []
+        done = False
+        for call in calls:  # in the reply's order, one after another on the session
+            observation, done = await self._run_call(trajectory, call, turn)
+            play.answers.append((call, self.observation_text(trajectory, observation)))
+            if done:  # the env ended the episode: later calls are not run
+                break
+        return {"done": done, "rollout_infos": {"tool_calls": len(trajectory.steps)}}
+
+    async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
+        play = self._play(trajectory)
+        if play.native:
+            trajectory.messages.extend(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text}
+                for call, text in play.answers
+            )
+        else:
+            trajectory.messages.append({"role": "user", "content": tool_responses([text for _, text in play.answers])})
 
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         try:
@@ -131,6 +284,41 @@ class ToolScheduler(OpenEnvScheduler):
         stated = trajectory.rollout_infos.get("success")
         return stated if isinstance(stated, bool) else super().is_success(trajectory)
 
+    # ------------------------------------------------------------ internals
+
+    def _play(self, trajectory: Trajectory) -> _ToolPlay:
+        play = self.episode(trajectory).game
+        if not isinstance(play, _ToolPlay):
+            raise RuntimeError(f"trajectory {trajectory.uuid} has no tools (not started)")
+        return play
+
+    @staticmethod
+    def _native_calls(trajectory: Trajectory) -> list[ToolCall]:
+        """The calls of the assistant message the reply became (the run loop appends it,
+        with its ``tool_calls``, before `on_turn_end`)."""
+        message = trajectory.messages[-1] if trajectory.messages else {}
+        raw = message.get("tool_calls") if message.get("role") == "assistant" else None
+        return [ToolCall.from_openai(c) for c in raw] if isinstance(raw, list) else []
+
+    async def _run_call(self, trajectory: Trajectory, call: ToolCall, turn: int) -> tuple[dict[str, Any], bool]:
+        """Send one call to the env (or answer an unreadable one with its error); record it as
+        a step. Returns the observation and whether the env ended the episode."""
+        action = {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
+        if call.error is not None:
+            observation: dict[str, Any] = {
+                "tool_name": call.name, "result": None, "error": {"error_type": "invalid_call", "message": call.error},
+            }
+            done, duration = False, 0.0
+        else:
+            result, duration = await self.env_step(trajectory, action)
+            observation, done = _as_observation(result.observation), bool(result.done)
+        trajectory.steps.append(
+            StepRecord(turn=turn, action=action, observation=observation, reward=0.0, done=done,
+                       info={"tool_error": observation.get("error")} if observation.get("error") else {},
+                       duration_s=duration)
+        )
+        return observation, done
+
     async def _final_state(self, trajectory: Trajectory) -> dict[str, Any]:
         episode = trajectory.runtime
         read_state = getattr(getattr(episode, "session", None), "state", None)
@@ -141,6 +329,17 @@ class ToolScheduler(OpenEnvScheduler):
         except Exception:  # the session is gone: the episode has no reward to report
             return {}
         return state if isinstance(state, dict) else {}
+
+
+def _no_call_reason(native: bool, text: str) -> str:
+    if native and "<tool_call>" in text:
+        # The model wrote a call the endpoint did not parse into `tool_calls`.
+        return (
+            "no tool call (the reply's text holds a <tool_call> block the policy did not return as tool_calls: "
+            "serve the model with tool-call parsing, e.g. vLLM's --enable-auto-tool-choice --tool-call-parser hermes, "
+            "or play the text form, --tool-format text)"
+        )
+    return "no tool call"
 
 
 def _as_observation(observation: Any) -> dict[str, Any]:

@@ -8,17 +8,26 @@ Load it with ``--external_plugins examples/swift/sudoku_scheduler.py`` (``swift 
         --multi_turn_scheduler envsdk_sudoku --use_gym_env true --max_turns 100
 
 Each dataset row's ``env_config`` says where the envsdk Sudoku server is and which game to play
-(``base_url``, ``seed``, ``reset_kwargs``, ``system_message``; see `envsdk.schedulers.openenv`).
+(``base_url``, ``seed``, ``reset_kwargs``, ``system_message``, ``hints``; see
+`envsdk.schedulers.openenv` and `envsdk.schedulers.sudoku`).
 Rows without ``base_url`` use ``$ENVSDK_BASE_URL``, else ``http://localhost:8000``;
 ``$ENVSDK_MAX_CONCURRENT_ENVS`` (default 4) bounds the resets and steps in flight across every
-batch, since ms-swift's command line has no way to pass scheduler arguments.
+batch, and ``$ENVSDK_SUDOKU_HINTS`` (``none``, ``rejected``, the default, or ``all``: ms-swift's own
+Sudoku hints, moves of the solution among them) says what the messages show beside the board,
+since ms-swift's command line has no way to pass scheduler arguments.
 
 The game logic is envsdk's `SudokuScheduler` (move parsing, hints, the five-part reward), driven
 through ms-swift's hooks by `EnvsdkSchedulerBridge`:
 
 * ``on_trajectory_start`` opens one session per row and resets it;
-* ``on_turn_end`` steps it with the reply (unless the reply was cut by the length limit) and
-  returns ``{"done", "rollout_infos"}``; ``rollout_infos["total_reward"]`` is the episode's
+* ``on_turn_end`` steps it with the reply and returns ``{"done", "rollout_infos"}``; the reply
+  is read as envsdk's own run loop reads it (`MultiTurnScheduler.take_reply`): a reasoning
+  model's ``<think>…</think>`` block (or the engine's ``reasoning_content``) is kept in the
+  trajectory and never played, and a reply cut by the length limit (``finish_reason ==
+  "length"``) ends the episode by ``$ENVSDK_CUT_REPLIES``: ``penalty`` (the default: not played,
+  the format penalty, Sudoku's reply with no move, −1; ``$ENVSDK_CUT_PENALTY`` sets another),
+  ``env`` (played like any reply) or ``mask`` (not played, nothing added; ``truncated`` in
+  ``rollout_infos`` says to leave it out of the loss); ``rollout_infos["total_reward"]`` is the episode's
   shaped total, the column ms-swift's GRPO trainer appends as ``gym_reward`` under
   ``use_gym_env``; the five components, step rewards, status and reason ride along;
 * ``step`` (synchronous in ms-swift) appends the observation ``on_turn_end`` already formatted.
@@ -49,6 +58,7 @@ from envsdk.client.sync import background_loop
 from envsdk.env import RolloutRequest
 from envsdk.schedulers import MultiTurnScheduler as EnvsdkMultiTurnScheduler
 from envsdk.schedulers import SudokuScheduler, Trajectory
+from envsdk.schedulers.sudoku import DEFAULT_HINTS
 from envsdk.schedulers.tools import ToolScheduler
 
 __all__ = ["EnvsdkSchedulerBridge", "EnvsdkSudokuScheduler", "EnvsdkToolScheduler", "row_env_config"]
@@ -93,6 +103,7 @@ class EnvsdkSchedulerBridge(MultiTurnScheduler):
     def __init__(self, infer_engine: Any = None, max_turns: int | None = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(infer_engine, max_turns, *args, **kwargs)
         self.core = self.make_core()
+        _cut_rule_from_environment(self.core)
         self._trajectories: dict[str, Trajectory] = {}
         self._next_user_message: dict[str, str] = {}
 
@@ -125,15 +136,17 @@ class EnvsdkSchedulerBridge(MultiTurnScheduler):
             return {"done": True, "rollout_infos": {"env_error": f"no envsdk trajectory for request {key}"}}
         if trajectory.status != "running":  # its reset failed: end it at its first turn
             return await self._end(key)
-        text = _reply_text(infer_request, response_choice)
-        trajectory.messages.append({"role": "assistant", "content": text})
-        trajectory.turns = current_turn
-        if response_choice.finish_reason == "length":
-            trajectory.finish("length", "completion cut by the length limit; not sent to the environment")
+        reasoning = getattr(response_choice.message, "reasoning_content", None)
+        reply = self.core.take_reply(
+            trajectory, _reply_text(infer_request, response_choice), current_turn,
+            reasoning=reasoning if isinstance(reasoning, str) else None, finish_reason=response_choice.finish_reason,
+        )
+        if not reply.sent:  # cut, and kept from the environment by the rule
             return await self._end(key)
-        last_turn = bool(self.max_turns) and current_turn >= int(self.max_turns or 0)
+        # A cut reply that is played ends the episode: no next observation is wanted.
+        last_turn = reply.cut is not None or (bool(self.max_turns) and current_turn >= int(self.max_turns or 0))
         try:
-            result, next_message = await _on_envsdk_loop(self._turn(trajectory, text, current_turn, last_turn))
+            result, next_message = await _on_envsdk_loop(self._turn(trajectory, reply.text, current_turn, last_turn))
         except asyncio.CancelledError:
             trajectory.finish("cancelled", "cancelled")
             await self._end(key)
@@ -143,6 +156,9 @@ class EnvsdkSchedulerBridge(MultiTurnScheduler):
             return await self._end(key)
         if result.get("done"):
             trajectory.finish("done", trajectory.reason or "environment signalled done")
+            return await self._end(key)
+        if reply.cut is not None:
+            trajectory.finish("length", f"{reply.cut}; sent to the environment (cut_replies=env), which played it")
             return await self._end(key)
         if next_message is None:
             trajectory.finish("max_turns", f"reached max_turns={self.max_turns}")
@@ -221,7 +237,10 @@ class EnvsdkSchedulerBridge(MultiTurnScheduler):
             trajectory.rollout_infos["close_error"] = f"{type(exc).__name__}: {exc}"
             logger.warning("closing trajectory %s failed: %r", trajectory.uuid, exc)
         finally:
-            trajectory.runtime = None
+            try:
+                self.core.settle_cut_reply(trajectory)
+            finally:
+                trajectory.runtime = None
 
     async def _end(self, key: str) -> dict[str, Any]:
         """Close the trajectory's session, forget it, and return its final turn result."""
@@ -249,10 +268,26 @@ class EnvsdkSchedulerBridge(MultiTurnScheduler):
             "status": trajectory.status,
             "reason": trajectory.reason,
             "success": trajectory.success,
+            "truncated": trajectory.truncated,
         }
         if trajectory.status == "error":
             infos["env_error"] = trajectory.reason
         return infos
+
+
+def _cut_rule_from_environment(core: EnvsdkMultiTurnScheduler) -> None:
+    """Set the core's rule for cut replies from ``$ENVSDK_CUT_REPLIES`` and ``$ENVSDK_CUT_PENALTY``
+    (ms-swift's command line passes no scheduler arguments); unset, the core keeps its own.
+    `ValueError` naming the variable for a value it cannot take."""
+    rule = os.environ.get("ENVSDK_CUT_REPLIES")
+    penalty = os.environ.get("ENVSDK_CUT_PENALTY")
+    try:
+        if rule:
+            core.cut_replies = rule  # type: ignore[assignment]  # checked by the setter
+        if penalty:
+            core.cut_penalty = float(penalty)  # checked by the setter (finite)
+    except ValueError as exc:
+        raise ValueError(f"$ENVSDK_CUT_REPLIES / $ENVSDK_CUT_PENALTY: {exc}") from None
 
 
 def _reply_text(infer_request: RolloutInferRequest, response_choice: ChatCompletionResponseChoice) -> str:
@@ -274,6 +309,7 @@ class EnvsdkSudokuScheduler(EnvsdkSchedulerBridge):
             base_url=os.environ.get("ENVSDK_BASE_URL") or None,
             max_concurrent_envs=int(os.environ.get("ENVSDK_MAX_CONCURRENT_ENVS", "4")),
             max_turns=int(self.max_turns or _UNBOUNDED_TURNS),
+            hints=os.environ.get("ENVSDK_SUDOKU_HINTS") or DEFAULT_HINTS,
         )
 
 

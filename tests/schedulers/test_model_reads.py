@@ -98,7 +98,7 @@ def test_the_rendering_function_is_public_and_documented() -> None:
     assert parse_reply("hi", {"properties": {"message": {"type": "string"}}}) == {"message": "hi"}
 
 
-async def test_2048_moves_score_but_nobody_states_success() -> None:
+async def test_2048_moves_score_but_an_unsolved_game_is_not_a_success() -> None:
     from envsdk.rollout import summarize
     from servers.textarena.app import create_textarena_app
     from servers.textarena.pool import GamePool
@@ -114,6 +114,7 @@ async def test_2048_moves_score_but_nobody_states_success() -> None:
         pool.shutdown()
     # The old rule ("ended on its own with a positive last reward") called every one a success.
     assert all(t.status == "done" and t.steps[-1].reward > 0 for t in trajectories), [t.reason for t in trajectories]
-    # A reward is not a verdict: 2048 states no success, so the rate is not a guessed 100%.
-    assert all(t.success is None for t in trajectories)
-    assert summarize(trajectories, 1.0).render().splitlines()[1].startswith("success rate    n/a")
+    # A reward is not a verdict: the game's own outcome is (2048 not reached: not solved), so the
+    # rate is not a guessed 100%.
+    assert all(t.success is False for t in trajectories), [t.success for t in trajectories]
+    assert summarize(trajectories, 1.0).render().splitlines()[1].startswith("success rate    0.0%")

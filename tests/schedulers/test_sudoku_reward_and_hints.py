@@ -118,9 +118,11 @@ def test_hints_render_the_three_lines() -> None:
     board = BOARDS[0]
     text = sudoku_hints(board, [(1, 1, 5), (1, 1, 5), (2, 2, 3)]).render()
     lines = text.splitlines()
-    assert lines[0] == "MOVES ALREADY TRIED (do not repeat): [1 1 5], [2 2 3]"
+    assert lines[0] == "MOVES REJECTED (do not repeat): [1 1 5], [2 2 3]"
     assert lines[1].startswith("GUARANTEED MOVES (only one option): [")
     assert all(part.count(" ") == 2 for part in lines[1].split(": ", 1)[1].split(", "))
+    hints = sudoku_hints(board, [(1, 1, 5), (2, 2, 3)])
+    assert hints.render("rejected") == lines[0] and hints.render("none") == ""
 
 
 def test_moves_off_the_board_are_drawn_as_written_and_not_kept() -> None:
@@ -129,7 +131,7 @@ def test_moves_off_the_board_are_drawn_as_written_and_not_kept() -> None:
     known = len(_MOVE_TEXT)
     moves = [(10, 1, 5), (0, 0, 0), (123456789, 2, 3), (1, 1, 5)]
     text = sudoku_hints(BOARDS[0], moves).render()
-    assert text.splitlines()[0] == "MOVES ALREADY TRIED (do not repeat): [10 1 5], [0 0 0], [123456789 2 3], [1 1 5]"
+    assert text.splitlines()[0] == "MOVES REJECTED (do not repeat): [10 1 5], [0 0 0], [123456789 2 3], [1 1 5]"
     # A reply's odd move is drawn when asked: the table of on-board moves does not grow with replies.
     assert len(_MOVE_TEXT) == known == 9 * 9 * 9
 
@@ -145,7 +147,7 @@ def test_other_options_line_formats_cells_and_digits() -> None:
 
 
 def test_no_tried_line_before_any_move() -> None:
-    assert "MOVES ALREADY TRIED" not in sudoku_hints(BOARDS[0]).render()
+    assert "MOVES REJECTED" not in sudoku_hints(BOARDS[0]).render()
 
 
 def test_move_components_for_each_verdict() -> None:
@@ -187,10 +189,13 @@ def test_parse_action_normalises_the_move_and_refuses_none() -> None:
 
 def test_format_observation_without_episode_shows_board_and_hints() -> None:
     board = BOARDS[0]
-    text = SudokuScheduler().format_observation({"board": board})
+    text = SudokuScheduler(hints="all").format_observation({"board": board})
     assert parse_board(text) == board
     assert "GUARANTEED MOVES" in text
     assert render_board(board) in text
+    assert SudokuScheduler().format_observation({"board": board}).endswith(render_board(board))
+    with pytest.raises(ValueError, match="'none', 'rejected', 'all'"):
+        SudokuScheduler(hints="some")
 
 
 class _Row(list):  # type: ignore[type-arg]

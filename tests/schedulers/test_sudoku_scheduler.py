@@ -77,14 +77,22 @@ async def test_a_subclass_reads_moves_and_builds_actions_its_own_way(sudoku_url:
 
 
 async def test_messages_show_board_progress_and_hints(sudoku_url: str) -> None:
-    traj = await _one(sudoku_url, SudokuOraclePolicy(), max_turns=3)
+    [traj] = await SudokuScheduler(max_turns=3, hints="all").run(_rows(sudoku_url, [5]), SudokuOraclePolicy())
     assert traj.status == "max_turns"
     first, later = traj.messages[1]["content"], traj.messages[3]["content"]
     assert traj.messages[0]["role"] == "system" and "[row column number]" in traj.messages[0]["content"]
     assert "GUARANTEED MOVES (only one option):" in first and "Step" not in first
     assert later.startswith("Step 1. Progress: 1 cells filled.")
-    assert "MOVES ALREADY TRIED (do not repeat): [" in later
+    # The oracle's moves are all accepted: none is listed as rejected.
+    assert "MOVES REJECTED" not in later and "GUARANTEED MOVES" in later
     assert last_board([traj.messages[3]]) != last_board([traj.messages[1]])
+
+
+async def test_by_default_no_move_of_the_solution_is_shown(sudoku_url: str) -> None:
+    traj = await _one(sudoku_url, SudokuOraclePolicy(), max_turns=3)
+    assert traj.rollout_infos["hints"] == "rejected"
+    for message in traj.messages[1:]:
+        assert "GUARANTEED MOVES" not in message["content"] and "Other options" not in message["content"]
 
 
 async def test_repeating_one_move_costs_doubling_penalties(sudoku_url: str) -> None:

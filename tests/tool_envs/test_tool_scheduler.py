@@ -65,7 +65,9 @@ async def test_tool_scheduler_drives_an_mcp_environment_on_openenvs_own_server(o
     [trajectory] = await scheduler.run([RolloutRequest()], Tallier())
     assert trajectory.status == "done" and trajectory.reason == "no tool call"
     replies = [m["content"] for m in trajectory.messages if m["role"] == "user"][1:]
-    assert replies[0] == "4" and "Unknown tool" in replies[1] and replies[2] == "5"
+    # Each result in a <tool_response> block, as a Qwen chat template renders a tool turn.
+    assert replies[0] == "<tool_response>\n4\n</tool_response>" and replies[2] == "<tool_response>\n5\n</tool_response>"
+    assert replies[1].startswith("<tool_response>\nerror: ") and "Unknown tool" in replies[1]
     assert len(trajectory.steps) == 3 and trajectory.steps[1].info["tool_error"]["error_type"] == "tool_not_found"
 
 

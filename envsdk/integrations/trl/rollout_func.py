@@ -107,7 +107,8 @@ class _TokenPolicy:
     the messages the scheduler added since the last reply (the environment's observation) as
     environment tokens, rendered the way the chat template renders them after an end of turn,
     followed by the generation prompt. A reply cut by the completion budget reports
-    ``finish_reason="length"`` (the scheduler then ends the trajectory unstepped).
+    ``finish_reason="length"``: the scheduler's ``cut_replies`` rule deals with it, and the
+    trajectory ends there.
     """
 
     def __init__(
@@ -350,6 +351,7 @@ class EnvironmentRollout:
             "env_mask": [],
             "env_reward": [],
             "env_status": [],
+            "truncated": [],
             REWARD_PARTS: [],
         }
         for name in self.components:
@@ -362,12 +364,17 @@ class EnvironmentRollout:
             if not record.completion_ids:
                 record.extend([eos if eos is not None else 0], 0, None)
             failed = trajectory.status == "error"
+            if trajectory.truncated and trajectory.rollout_infos.get("cut_replies") == "mask":
+                # Kept in the batch (its reward stays in its group, as TRL's own
+                # mask_truncated_completions keeps it) but out of the loss: no token is the model's.
+                record.env_mask = [0] * len(record.env_mask)
             out["prompt_ids"].append(record.prompt_ids)
             out["completion_ids"].append(record.completion_ids)
             out["logprobs"].append(record.logprobs)
             out["env_mask"].append(record.env_mask)
             out["env_reward"].append(None if failed else float(trajectory.total_reward))
             out["env_status"].append(trajectory.status)
+            out["truncated"].append(trajectory.truncated)
             infos = trajectory.rollout_infos
             parts = infos.get(REWARD_PARTS)
             out[REWARD_PARTS].append(None if failed else dict(parts) if isinstance(parts, dict) else {})
@@ -434,7 +441,11 @@ def make_rollout_func(
       tokens, 0 on the environment's (kept in context, masked from the loss);
     * ``logprobs`` — the sampler's per-token logprobs (0.0 on environment tokens) with vLLM,
       None with the trainer's model;
-    * ``env_reward`` — the episode's ``total_reward``; ``env_status``; ``reward_parts`` — the
+    * ``env_reward`` — the episode's ``total_reward``; ``env_status``; ``truncated`` — whether
+      the completion budget (or ``max_turn_tokens``) cut the episode's last reply, which the
+      scheduler's ``cut_replies`` rule then dealt with: under ``"mask"`` the row's ``env_mask``
+      is all 0, so the loss leaves it out (TRL's ``mask_truncated_completions``, per episode);
+      ``reward_parts`` — the
       episode's value of each named reward part (``rollout_infos["reward_parts"]``: any
       environment's rubric parts, Sudoku's five), read by `reward_component_funcs`; and each
       of `components` (default: Sudoku's five for a `SudokuScheduler`) as a field of its own.

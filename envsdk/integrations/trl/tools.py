@@ -8,6 +8,11 @@ renders into the prompt. A method call is an MCP ``tools/call`` on the instance'
 Works against envsdk and OpenEnv 0.10 servers alike (envsdk tool envs and OpenEnv
 ``MCPEnvironment``s).
 
+TRL renders the calls and results as native tool turns (an assistant message's ``tool_calls``,
+then one ``tool`` message per call): the conversation `envsdk.schedulers.ToolScheduler` records
+for a policy that calls tools natively, with the same result text. A tool that fails reaches the
+model as TRL words it (``{'error': …}``), where envsdk's records say ``error: …``.
+
 Rewards: ``get_reward()`` reads the episode's ``reward`` from the env's state (the tool env's
 contract: put the episode reward in the state), NaN when the state has none, and releases the
 session; TRL calls it once per rollout after generation.
@@ -80,7 +85,8 @@ class ToolEnvironment:
             raise EpisodeError("reset() must be called before the first tool call")
         self.calls += 1
         value = client.call_tool(name, **arguments)
-        return value if isinstance(value, str) else json.dumps(value, default=str)
+        # The text `envsdk rollout` gives the model for the same value (`envsdk.formats.tool_result_text`).
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
     def get_reward(self) -> float:
         """The episode's ``reward`` from the env's state (NaN when absent); releases the session."""
