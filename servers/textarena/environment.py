@@ -56,6 +56,7 @@ them in every reply), and errors echo at most 256 characters of client input.
 from __future__ import annotations
 
 import ctypes
+import difflib
 import enum
 import functools
 import importlib
@@ -75,7 +76,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args
 
 import textarena as ta
-from textarena.core import ObservationWrapper, Wrapper
+from textarena.core import GAME_ID, ObservationType, ObservationWrapper, Wrapper
 from textarena.envs.registration import ENV_REGISTRY
 
 from envsdk.env import Environment
@@ -115,6 +116,7 @@ __all__ = [
     "convert_messages",
     "render_messages",
     "snapshot_state",
+    "game_outcome",
     "GameRandom",
     "TextArenaEnvironment",
 ]
@@ -163,8 +165,11 @@ def check_env_id(env_id: str) -> str:
         prefix = env_id.lower()[:4] if isinstance(env_id, str) else None
         close = [k for k in ENV_REGISTRY if prefix is not None and k.lower().startswith(prefix)]
         hint = f"; similar: {', '.join(close[:8])}" if close else ""
+        # A misspelt id (Wordl-v0) shares no prefix with its game's own ids: the closest id by spelling.
+        nearest = difflib.get_close_matches(env_id, list(ENV_REGISTRY), n=1) if isinstance(env_id, str) else []
         raise TextArenaOptionError(
-            f"Unknown TextArena env id {shown(env_id)} ({len(ENV_REGISTRY)} ids are registered, "
+            f"Unknown TextArena env id {shown(env_id)}{f' (did you mean {nearest[0]!r}?)' if nearest else ''} "
+            f"({len(ENV_REGISTRY)} ids are registered, "
             f"e.g. GuessTheNumber-v0, TicTacToe-v0, Sudoku-v0{hint})"
         )
     return env_id
@@ -541,6 +546,34 @@ def snapshot_state(game: Any) -> dict[str, Any]:
     return snapshot
 
 
+def game_outcome(game: Any, player_id: int, *, plays_one_side: bool) -> tuple[bool | None, str | None]:
+    """How a finished `game` ended for `player_id`: ``(success, reason)``.
+
+    `reason` is what the game said ended it (TextArena's ``game_info[player]["reason"]``:
+    "Congratulations! You guessed the correct number.", "Player 1 has won!", "Invalid Move:
+    ..."), None when it said nothing. `success` is stated only for a session that plays one
+    side (`plays_one_side`): in a one-player game, whether the player solved it (TextArena
+    gives a solved game 1 and an unsolved one its progress below that); in a game of several
+    players, whether the player won: its reward is the highest and not every player's, so a
+    draw is no success. It is None for a session that plays every player (self-play: no side
+    of its own won) and for a game that gave the player no numeric reward.
+    """
+    state = unwrap(game).state
+    info = (getattr(state, "game_info", None) or {}).get(player_id)
+    said = info.get("reason") if isinstance(info, dict) else None
+    reason = said.strip() if isinstance(said, str) and said.strip() else None
+    rewards = getattr(state, "rewards", None)
+    if not plays_one_side or not isinstance(rewards, dict):
+        return None, reason
+    numbers = {p: float(r) for p, r in rewards.items() if isinstance(r, (int, float)) and math.isfinite(r)}
+    mine = numbers.pop(player_id, None)
+    if mine is None or len(numbers) < len(rewards) - 1:
+        return None, reason
+    if not numbers:
+        return mine >= 1.0, reason
+    return mine >= max(numbers.values()) and mine > min(numbers.values()), reason
+
+
 def _as_reward(value: Any) -> float:
     """A game's reward as a float; anything not a number counts as 0.0 (textarena 0.7.4's
     Countdown passes its reason text where the reward belongs)."""
@@ -806,9 +839,11 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
     def _observe(self, *, reward: float, done: bool) -> TextArenaObservation:
         state = unwrap(self._game).state
         player = self._agent()
+        outcome = self._outcome(player) if done else {}
         prompt, messages, metadata = render_messages(
             self._game, player, form=self._state.observation_form, env_id=self._state.env_id
         )
+        metadata.update(outcome)
         self._state.done = done
         return TextArenaObservation(
             prompt=prompt,
@@ -820,6 +855,19 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation, Te
             done=done,
             metadata=metadata,
         )
+
+    def _outcome(self, player: int) -> dict[str, Any]:
+        """The ending of the finished game for `player`, for the last observation's metadata:
+        ``success`` and ``reason`` (`game_outcome`). The reason also goes into `player`'s
+        transcript as the game's last message, unless the game already said it: TextArena
+        keeps it in ``game_info`` only, where no player reads it."""
+        one_side = self._state.agent_player_id is not None or self._state.num_players == 1
+        success, reason = game_outcome(self._game, player, plays_one_side=one_side)
+        if reason is not None:
+            pending = unwrap(self._game).state.observations.setdefault(player, [])
+            if not any(reason in str(entry[1]) for entry in pending if isinstance(entry, tuple) and len(entry) > 1):
+                pending.append((GAME_ID, reason, ObservationType.GAME_ADMIN))
+        return {"success": success, "reason": reason}
 
 
 def _limit(deadline_s: float | None) -> float | None:

@@ -101,9 +101,11 @@ def game_unavailable(env_id: str, **env_kwargs: Any) -> str | None:
     missing: list[str] = []
     _SURVEY.missing = missing
     spec = ENV_REGISTRY.get(env_id)
-    if spec is not None and isinstance(spec.entry_point, str):
-        # Imported afresh, so that its import-time downloads ask again for all they need.
-        sys.modules.pop(spec.entry_point.partition(":")[0], None)
+    module = spec.entry_point.partition(":")[0] if spec is not None and isinstance(spec.entry_point, str) else ""
+    # Imported afresh, so that its import-time downloads ask again for all they need; the module
+    # imported before is put back after, so its classes stay the ones the rest of the process
+    # holds (the built-in opponents are registered by game class).
+    earlier = sys.modules.pop(module, None)
     try:
         ta.make(env_id, **env_kwargs)
     except LookupError as exc:  # NLTK's own "Resource ... not found" (several lines)
@@ -113,6 +115,16 @@ def game_unavailable(env_id: str, **env_kwargs: Any) -> str | None:
             return f"{env_id} is unavailable: NLTK data missing ({str(exc).strip()[:200]}); install it into a folder on NLTK_DATA"
     finally:
         _SURVEY.missing = None
+        if earlier is not None:
+            _restore(module, earlier)
     if missing:  # asked for and not installed, whether or not the game then failed
         return f"{env_id} is unavailable: {_missing_message(missing)}"
     return None
+
+
+def _restore(name: str, module: Any) -> None:
+    """Make `module` the one imported as `name` again, in ``sys.modules`` and on its package."""
+    sys.modules[name] = module
+    package, _, attribute = name.rpartition(".")
+    if package in sys.modules:
+        setattr(sys.modules[package], attribute, module)
