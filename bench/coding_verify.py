@@ -397,7 +397,7 @@ def profile(samples: int, offset: int) -> dict[str, float]:
             tests = observation.metadata["tests"]["seconds"]
             parts.setdefault("step: verification (tests.seconds)", []).append(tests)
             parts.setdefault("step: code run (time_s - tests.seconds)", []).append(
-                observation.metadata["reward_components"]["time_s"] - tests
+                observation.metadata["timings"]["time_s"] - tests
             )
     finally:
         env.close()

@@ -5,8 +5,11 @@ the shapes and types that ``reset`` and ``step`` return, that the process-wide `
 generator is left alone, that one seed gives one first observation — also when `concurrency`
 sessions reset at the same time, which is how a trainer runs them and where shared random state
 shows — that a seeded episode replays step for step, that steps after the end are refused and
-that ``close`` may be called twice. The first broken rule raises `EnvCheckError` naming it;
-otherwise a `CheckReport` lists what was checked, what could not be (with the reason) and the
+that ``close`` may be called twice. A broken rule does not stop the check where the rules after
+it can still be judged (a wrong reset or step shape, or a factory that makes no environment,
+does): every broken rule is found, and `EnvCheckError` names the first with the report of them
+all (``envsdk check-env`` prints one line for each); otherwise a `CheckReport` lists what was
+checked, what could not be (with the reason) and the
 `WARNINGS` that apply: nothing broken, but a rollout would likely go wrong (no text reply
 becomes the env's action; another seed changes nothing the env shows; threads left running).
 
@@ -125,12 +128,19 @@ _QUOTE_CHARS = 300
 
 class EnvCheckError(EnvSDKError):
     """An environment broke a rule. `rule` is its identifier (a key of `RULES`), `detail` says
-    what was seen."""
+    what was seen; `report`, when the check went on past it, holds every rule broken
+    (``report.failed``) and what held."""
 
-    def __init__(self, rule: str, detail: str) -> None:
+    def __init__(self, rule: str, detail: str, report: CheckReport | None = None) -> None:
         super().__init__(f"[{rule}] {RULES[rule]}: {detail}")
         self.rule = rule
         self.detail = detail
+        self.report = report
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Every broken rule with what was seen, in the order found (this one alone without a report)."""
+        return dict(self.report.failed) if self.report is not None and self.report.failed else {self.rule: self.detail}
 
 
 class CheckOptionError(ValueError):
@@ -150,6 +160,8 @@ class CheckReport:
     passed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: dict[str, str] = field(default_factory=dict)
+    #: Rules broken, with what was seen, in the order found.
+    failed: dict[str, str] = field(default_factory=dict)
     episode_steps: int = 0
     episode_done: bool = False
 
@@ -168,6 +180,21 @@ class CheckReport:
 
 def _fail(rule: str, detail: str) -> typing.NoReturn:
     raise EnvCheckError(rule, detail)
+
+
+@contextlib.contextmanager
+def _judged(report: CheckReport) -> typing.Iterator[None]:
+    """Run a block whose rules the rest of the check does not depend on: a rule it breaks is
+    noted in ``report.failed`` (the first verdict per rule) and the check goes on after it."""
+    try:
+        yield
+    except EnvCheckError as exc:
+        report.failed.setdefault(exc.rule, exc.detail)
+
+
+def _held(report: CheckReport, *rules: str) -> None:
+    """Note `rules` as passed, but those already broken."""
+    report.passed += [rule for rule in rules if rule not in report.failed]
 
 
 class _GlobalRandomGuard:
@@ -396,32 +423,35 @@ async def _check_local_env(
         await _call("reset.returns", "reset", env.reset, request(seed))
     )
     report.passed.append("reset.returns")
-    guard.check("reset")
+    with _judged(report):
+        guard.check("reset")
 
-    twin_observation, twin_info, twin_system = _check_env_reset(
-        await _call("reset.returns", "reset", twin.reset, request(seed))
-    )
-    if (twin_observation, twin_system) != (observation, system_message):
-        _fail(
-            "reset.seed_determinism",
-            f"two instances reset with seed {seed} gave {_describe(observation)} and"
-            f" {_describe(twin_observation)}",
+    with _judged(report):
+        twin_observation, twin_info, twin_system = _check_env_reset(
+            await _call("reset.returns", "reset", twin.reset, request(seed))
         )
-    if twin_info != info:
-        _fail(
-            "reset.seed_determinism",
-            f"two instances reset with seed {seed} gave the infos {_describe(info)} and {_describe(twin_info)}",
-        )
-    report.passed.append("reset.seed_determinism")
+        if (twin_observation, twin_system) != (observation, system_message):
+            _fail(
+                "reset.seed_determinism",
+                f"two instances reset with seed {seed} gave {_describe(observation)} and"
+                f" {_describe(twin_observation)}",
+            )
+        if twin_info != info:
+            _fail(
+                "reset.seed_determinism",
+                f"two instances reset with seed {seed} gave the infos {_describe(info)} and {_describe(twin_info)}",
+            )
+        report.passed.append("reset.seed_determinism")
 
-    crowd = [await build(seed) for _ in range(concurrency)]
-    try:
-        outs = await asyncio.gather(*(_call("reset.returns", "reset", e.reset, request(seed)) for e in crowd))
-    finally:
-        await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
-    firsts = [_check_env_reset(out) for out in outs]
-    differing = sum(1 for out in firsts if out != (observation, info, system_message))
-    _check_concurrent_resets(differing, concurrency, seed, report)
+    with _judged(report):
+        crowd = [await build(seed) for _ in range(concurrency)]
+        try:
+            outs = await asyncio.gather(*(_call("reset.returns", "reset", e.reset, request(seed)) for e in crowd))
+        finally:
+            await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
+        firsts = [_check_env_reset(out) for out in outs]
+        differing = sum(1 for out in firsts if out != (observation, info, system_message))
+        _check_concurrent_resets(differing, concurrency, seed, report)
 
     rng = random.Random(seed)
     messages: list[dict[str, Any]] = []
@@ -430,54 +460,61 @@ async def _check_local_env(
     messages.append({"role": "user", "content": observation})
     trace: list[Any] = [(observation, info, system_message)]
     done = False
-    for _ in range(max_steps):
-        messages.append({"role": "assistant", "content": rng.choice(replies)})
-        guard = _GlobalRandomGuard()
-        out = _check_env_step(await _call("step.returns", "step", env.step, [dict(m) for m in messages]))
-        guard.check("step")
-        twin_out = _check_env_step(await _call("step.returns", "step", twin.step, [dict(m) for m in messages]))
-        if out[:3] != twin_out[:3]:
-            _fail(
-                "step.seed_determinism",
-                f"at step {report.episode_steps + 1} two instances with seed {seed} answered"
-                f" {_describe(out[:3])} and {_describe(twin_out[:3])} to the same conversation",
-            )
-        report.episode_steps += 1
-        messages.append({"role": "user", "content": out[0]})
-        trace.append(out[:3])
-        done = out[2]
-        if done:
-            break
-    report.passed += ["step.returns", "step.seed_determinism", "no_global_random"]
+    with _judged(report):
+        for _ in range(max_steps):
+            messages.append({"role": "assistant", "content": rng.choice(replies)})
+            guard = _GlobalRandomGuard()
+            out = _check_env_step(await _call("step.returns", "step", env.step, [dict(m) for m in messages]))
+            with _judged(report):
+                guard.check("step")
+            twin_out = _check_env_step(await _call("step.returns", "step", twin.step, [dict(m) for m in messages]))
+            if out[:3] != twin_out[:3]:
+                report.failed.setdefault(
+                    "step.seed_determinism",
+                    f"at step {report.episode_steps + 1} two instances with seed {seed} answered"
+                    f" {_describe(out[:3])} and {_describe(twin_out[:3])} to the same conversation",
+                )
+            report.episode_steps += 1
+            messages.append({"role": "user", "content": out[0]})
+            trace.append(out[:3])
+            done = out[2]
+            if done:
+                break
+    _held(report, "step.returns", "step.seed_determinism", "no_global_random")
     report.episode_done = done
 
-    if done:
+    if "step.returns" in report.failed:
+        report.skipped["step.after_done_refused"] = "step.returns is broken: no episode was played to its end"
+    elif done:
         messages.append({"role": "assistant", "content": rng.choice(replies)})
-        try:
-            after = await _call(
-                "step.after_done_refused", "a step after done", env.step, [dict(m) for m in messages],
-                expect=(Exception,),
-            )
-        except EnvCheckError:
-            raise
-        except Exception:
-            report.passed.append("step.after_done_refused")
-        else:
-            _fail("step.after_done_refused", f"step after done returned {_describe(after)}")
+        with _judged(report):
+            try:
+                after = await _call(
+                    "step.after_done_refused", "a step after done", env.step, [dict(m) for m in messages],
+                    expect=(Exception,),
+                )
+            except EnvCheckError:
+                raise
+            except Exception:
+                report.passed.append("step.after_done_refused")
+            else:
+                _fail("step.after_done_refused", f"step after done returned {_describe(after)}")
     else:
         report.skipped["step.after_done_refused"] = f"no episode ended within {max_steps} steps"
 
-    other = await build(seed + 1)
-    try:
-        other_trace = await _local_trace(other, request(seed + 1), random.Random(seed), replies, len(trace) - 1)
-    finally:
-        await _cleanup("close.idempotent", "close", other.close)
-    _compare_seeds(trace, other_trace, seed, report)
+    with _judged(report):
+        other = await build(seed + 1)
+        try:
+            other_trace = await _local_trace(other, request(seed + 1), random.Random(seed), replies, len(trace) - 1)
+        finally:
+            await _cleanup("close.idempotent", "close", other.close)
+        _compare_seeds(trace, other_trace, seed, report)
 
-    for instance in (env, twin):
-        await _call("close.idempotent", "close", instance.close)
-        await _call("close.idempotent", "the second close", instance.close)
-    report.passed.append("close.idempotent")
+    with _judged(report):
+        for instance in (env, twin):
+            await _call("close.idempotent", "close", instance.close)
+            await _call("close.idempotent", "the second close", instance.close)
+        report.passed.append("close.idempotent")
 
 
 async def _local_trace(
@@ -812,42 +849,46 @@ async def _check_server_environment(
     )
     reset_s = time.monotonic() - started
     report.passed.append("reset.returns")
-    guard.check("reset")
-    state = await _call("state.returns", "state", lambda: env.state)
-    if not isinstance(state, State) and not _is_openenv_model(state, "step_count"):
-        _fail("state.returns", f"got {_describe(state)}")
-    report.passed.append("state.returns")
-    await _check_tools(factory, report, seed)
+    with _judged(report):
+        guard.check("reset")
+    state: Any = None
+    with _judged(report):
+        state = await _call("state.returns", "state", lambda: env.state)
+        if not isinstance(state, State) and not _is_openenv_model(state, "step_count"):
+            _fail("state.returns", f"got {_describe(state)}")
+        report.passed.append("state.returns")
+    with _judged(report):
+        await _check_tools(factory, report, seed)
 
-    twin_first = await _call("reset.returns", "reset", _served(twin, "reset"), seed=seed, episode_id=_EPISODE_ID)
-    if twin_first != first:
-        _fail(
-            "reset.seed_determinism",
-            f"two instances reset with seed {seed} gave {_describe(first)} and {_describe(twin_first)}",
-        )
-    report.passed.append("reset.seed_determinism")
-
-    # The resets of a crowd may share one CPU: each gets the call deadline on top of its share.
-    crowd_s = _WATCH.get().call_timeout + concurrency * reset_s
-    what = f"{concurrency} concurrent resets"
-    if inspect.iscoroutinefunction(_served(env, "reset")):
-        crowd = [await _call("factory.returns", "the factory", factory) for _ in range(concurrency)]
-        try:
-            outs = await asyncio.gather(
-                *(_call("reset.concurrent_seed_determinism", f"reset (one of {what})", _served(e, "reset"), seed=seed,
-                        episode_id=_EPISODE_ID, within=crowd_s) for e in crowd)
+    with _judged(report):
+        twin_first = await _call("reset.returns", "reset", _served(twin, "reset"), seed=seed, episode_id=_EPISODE_ID)
+        if twin_first != first:
+            _fail(
+                "reset.seed_determinism",
+                f"two instances reset with seed {seed} gave {_describe(first)} and {_describe(twin_first)}",
             )
-        finally:
-            await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
-    else:
-        outs = await _call(
-            "reset.concurrent_seed_determinism", what, _reset_in_threads, factory, seed, concurrency,
-            crowd_s, within=crowd_s,
-        )
-    differing = sum(1 for out in outs if out != first)
-    _check_concurrent_resets(differing, concurrency, seed, report)
+        report.passed.append("reset.seed_determinism")
 
-    report.passed.append("no_global_random")  # reset checked above; steps are checked below
+    with _judged(report):
+        # The resets of a crowd may share one CPU: each gets the call deadline on top of its share.
+        crowd_s = _WATCH.get().call_timeout + concurrency * reset_s
+        what = f"{concurrency} concurrent resets"
+        if inspect.iscoroutinefunction(_served(env, "reset")):
+            crowd = [await _call("factory.returns", "the factory", factory) for _ in range(concurrency)]
+            try:
+                outs = await asyncio.gather(
+                    *(_call("reset.concurrent_seed_determinism", f"reset (one of {what})", _served(e, "reset"), seed=seed,
+                            episode_id=_EPISODE_ID, within=crowd_s) for e in crowd)
+                )
+            finally:
+                await asyncio.gather(*(_cleanup("close.idempotent", "close", e.close) for e in crowd))
+        else:
+            outs = await _call(
+                "reset.concurrent_seed_determinism", what, _reset_in_threads, factory, seed, concurrency,
+                crowd_s, within=crowd_s,
+            )
+        differing = sum(1 for out in outs if out != first)
+        _check_concurrent_resets(differing, concurrency, seed, report)
 
     action_type, observation_type = _step_types(env)
     rng = random.Random(seed)
@@ -868,49 +909,59 @@ async def _check_server_environment(
             report.skipped[rule] = reason
     else:
         draw = _action_drawer(action_type, pool, replies)
-        for _ in range(max_steps):
-            action = draw(rng)
-            played.append(action)
-            guard = _GlobalRandomGuard()
-            obs = _check_observation("step.returns", await _call("step.returns", "step", _served(env, "step"), action), "step")
-            guard.check("step")
-            twin_obs = await _call("step.returns", "step", _served(twin, "step"), action)
-            if twin_obs != obs:
-                _fail(
-                    "step.seed_determinism",
-                    f"at step {report.episode_steps + 1} two instances with seed {seed} answered"
-                    f" {_describe(obs)} and {_describe(twin_obs)} to the same action",
+        with _judged(report):
+            for _ in range(max_steps):
+                action = draw(rng)
+                played.append(action)
+                guard = _GlobalRandomGuard()
+                obs = _check_observation(
+                    "step.returns", await _call("step.returns", "step", _served(env, "step"), action), "step"
                 )
-            report.episode_steps += 1
-            trace.append(_dump(obs))
-            done = obs.done
-            if done:
-                break
-        report.passed += ["step.returns", "step.seed_determinism"]
+                with _judged(report):
+                    guard.check("step")
+                twin_obs = await _call("step.returns", "step", _served(twin, "step"), action)
+                if twin_obs != obs:
+                    report.failed.setdefault(
+                        "step.seed_determinism",
+                        f"at step {report.episode_steps + 1} two instances with seed {seed} answered"
+                        f" {_describe(obs)} and {_describe(twin_obs)} to the same action",
+                    )
+                report.episode_steps += 1
+                trace.append(_dump(obs))
+                done = obs.done
+                if done:
+                    break
+        _held(report, "step.returns", "step.seed_determinism")
         report.episode_done = done
-        if not done:
+        if "step.returns" in report.failed:
+            report.skipped["step.after_done_refused"] = "step.returns is broken: no episode was played to its end"
+        elif not done:
             report.skipped["step.after_done_refused"] = f"no episode ended within {max_steps} steps"
         elif observation_type is None:
             report.skipped["step.after_done_refused"] = "the observation type is unknown (annotate step's return)"
         else:
-            async with _deadline(
-                "step.after_done_refused", "replaying the episode through a server",
-                _WATCH.get().call_timeout * (len(played) + 4),
-            ):
-                await _check_served_after_done(factory, action_type, observation_type, seed, played)
-            report.passed.append("step.after_done_refused")
+            with _judged(report):
+                async with _deadline(
+                    "step.after_done_refused", "replaying the episode through a server",
+                    _WATCH.get().call_timeout * (len(played) + 4),
+                ):
+                    await _check_served_after_done(factory, action_type, observation_type, seed, played)
+                report.passed.append("step.after_done_refused")
 
-    other = await _call("factory.returns", "the factory", factory)
-    try:
-        other_trace = await _served_trace(other, seed + 1, played)
-    finally:
-        await _cleanup("close.idempotent", "close", other.close)
-    _compare_seeds(trace, other_trace, seed, report)
+    with _judged(report):
+        other = await _call("factory.returns", "the factory", factory)
+        try:
+            other_trace = await _served_trace(other, seed + 1, played)
+        finally:
+            await _cleanup("close.idempotent", "close", other.close)
+        _compare_seeds(trace, other_trace, seed, report)
 
-    for instance in (env, twin):
-        await _call("close.idempotent", "close", instance.close)
-        await _call("close.idempotent", "the second close", instance.close)
-    report.passed.append("close.idempotent")
+    with _judged(report):
+        for instance in (env, twin):
+            await _call("close.idempotent", "close", instance.close)
+            await _call("close.idempotent", "the second close", instance.close)
+        report.passed.append("close.idempotent")
+    _held(report, "no_global_random")  # reset's and every step's
 
 
 def _action_drawer(
@@ -1003,6 +1054,9 @@ async def _check(
             " a process using this environment will not exit by itself; stop them in close() or"
             " make them daemons"
         )
+    if report.failed:
+        rule, detail = next(iter(report.failed.items()))
+        raise EnvCheckError(rule, detail, report)
     return report
 
 
@@ -1237,7 +1291,9 @@ def _judge(args: argparse.Namespace) -> int:
             call_timeout=args.call_timeout,
         )
     except EnvCheckError as exc:
-        print(f"check-env {args.target}: FAILED rule {exc.rule}: {RULES[exc.rule]}: {exc.detail}", file=sys.stderr)
+        # Every broken rule, one line each: fixing the first should not be the way to find the next.
+        for rule, detail in exc.failures.items():
+            print(f"check-env {args.target}: FAILED rule {rule}: {RULES[rule]}: {detail}", file=sys.stderr)
         return 1
     except (CheckOptionError, ValueError) as exc:
         print(f"envsdk check-env: error: {args.target}: {exc}", file=sys.stderr)

@@ -264,10 +264,17 @@ def _add_rescore(subparsers: Any) -> None:
     add_rescore_parser(subparsers)
 
 
+def _add_show(subparsers: Any) -> None:
+    from envsdk.show import add_show_parser
+
+    add_show_parser(subparsers)
+
+
 COMMANDS: list[tuple[str, Callable[[Any], None]]] = [
     ("serve", _add_serve),
     ("check-env", _add_check_env),
     ("rollout", _add_rollout),
+    ("show", _add_show),
     ("report", _add_report),
     ("rescore", _add_rescore),
 ]

@@ -103,7 +103,9 @@ __all__ = [
 EVAL_KEY = "eval"
 # Options a resumed run may change: how it runs, not what it plays (``out`` may be spelled another
 # way from another folder: it names the file being resumed).
-_CHANGEABLE_ON_RESUME = frozenset({"concurrency", "no_progress", "base_url", "api_base", "external_plugins", "out"})
+_CHANGEABLE_ON_RESUME = frozenset({
+    "concurrency", "no_progress", "base_url", "api_base", "external_plugins", "out", "print_samples",
+})
 # Two rewards closer than this are the same reward (a group with only such rewards has no variance).
 _SAME_REWARD = 1e-9
 # The per-example rows printed in a summary; the report page lists them all.
@@ -178,6 +180,12 @@ class EvalSummary:
         """The fewest rollouts of an example: overall pass@k goes up to this k."""
         return min(g.n for g in self.groups)
 
+    @property
+    def success_stated(self) -> bool:
+        """Whether any record states success: without one, pass@k is n/a (an unstated success
+        is not a failure), not 0."""
+        return self.unstated < self.records
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form written beside the records (``<stem>.eval.json``); pass@k keys are strings."""
         return {
@@ -186,7 +194,8 @@ class EvalSummary:
             "rollouts_per_example": {"min": self.smallest, "max": max(g.n for g in self.groups)},
             "repeated_pairs": self.repeated,
             "planned": {"examples": self.planned[0], "rollouts_per_example": self.planned[1]} if self.planned else None,
-            "pass_at_k": {str(k): v for k, v in self.pass_at.items()},
+            "pass_at_k": {str(k): v for k, v in self.pass_at.items()} if self.success_stated else None,
+            "pass_at_1_stderr": self.pass_at_1_stderr,
             "sample": self.sample,
             "mean_reward": self.mean_reward,
             "zero_variance_share": self.zero_variance_share,
@@ -194,7 +203,8 @@ class EvalSummary:
             "groups": [
                 {
                     "example": g.example, "n": g.n, "correct": g.correct, "mean_reward": g.mean_reward,
-                    "reward_std": g.reward_std, "pass_at_k": {str(k): v for k, v in g.pass_at.items()},
+                    "reward_std": g.reward_std,
+                    "pass_at_k": {str(k): v for k, v in g.pass_at.items()} if self.success_stated else None,
                 }
                 for g in self.groups
             ],
@@ -202,17 +212,47 @@ class EvalSummary:
 
     def pass_line(self) -> str:
         """The overall pass@k line of `render`, with what a sample is when that is known."""
+        if not self.success_stated:
+            return f"{'pass@k':<16}n/a (no record states success)"
         numbers = "  ".join(f"pass@{k}={v:.3f}" for k, v in self.pass_at.items())
         return f"{'pass@k':<16}{numbers}" + (f" ({self.sample})" if self.sample else "")
+
+    def stderr_line(self) -> str | None:
+        """The line under `pass_line` giving pass@1's standard error (`pass_at_1_stderr`), with
+        how it is taken; None where there is none."""
+        error = self.pass_at_1_stderr
+        if error is None:
+            return None
+        examples = len(self.groups)
+        return (
+            f"{'pass@1 s.e.':<16}{error:.3f} (standard error over the {examples} examples: the sample standard "
+            f"deviation of their pass@1 / sqrt({examples}))"
+        )
+
+    @property
+    def pass_at_1_stderr(self) -> float | None:
+        """The standard error of overall pass@1, a mean over the examples of each one's pass@1
+        (c/n): their sample standard deviation over the square root of their number, as
+        lm-eval states its metrics' errors. With one rollout per example it is
+        ``sqrt(p(1-p)/(E-1))``. None for fewer than two examples, or where no record states
+        success."""
+        if len(self.groups) < 2 or not self.success_stated:
+            return None
+        values = [g.pass_at[1] for g in self.groups]
+        mean = math.fsum(values) / len(values)
+        variance = math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        return math.sqrt(variance / len(values))
 
     def render(self, examples: int = _PRINTED_EXAMPLES) -> str:
         """A plain-text table: the overall numbers, then up to `examples` per-example rows."""
         sizes = sorted({g.n for g in self.groups})
         size = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
         flat = sum(g.zero_variance for g in self.groups)
+        error = self.stderr_line()
         lines = [
             f"{'groups':<16}{len(self.groups)} examples x {size} rollouts ({self.records} records)",
             self.pass_line(),
+            *([error] if error else []),
             f"{'mean reward':<16}{number_text(self.mean_reward)}",
             f"{'zero variance':<16}{self.zero_variance_share:.1%} of groups ({flat}/{len(self.groups)}: "
             "every rollout got the same reward)",
@@ -231,12 +271,12 @@ class EvalSummary:
             )
         largest = max(g.n for g in self.groups)
         short = sum(g.n < largest for g in self.groups)
-        if short:
+        if short and self.success_stated:
             lines.append(
                 f"{'':<16}overall pass@k stops at k={max(self.pass_at)}: {short} of {len(self.groups)} examples have fewer "
                 f"than {largest} rollouts (a run cut short: `envsdk rollout --resume` completes it)"
             )
-        if self.unstated:
+        if self.unstated and self.success_stated:
             lines.append(
                 f"{'':<16}{self.unstated} record(s) do not state success (null): pass@k counts them as not "
                 "correct; `envsdk rescore` can score them"
@@ -249,7 +289,10 @@ class EvalSummary:
             lines += ["", f"{'example':<24}{'n':>{n_width}}{'c':>{n_width}}{'mean':>9}{'std':>9}"
                       + "".join(f"{'pass@' + str(k):>{width}}" for k in ks)]
             for g in shown:
-                cells = "".join(f"{g.pass_at[k]:>{width}.3f}" if k in g.pass_at else f"{'-':>{width}}" for k in ks)
+                cells = "".join(
+                    f"{g.pass_at[k]:>{width}.3f}" if k in g.pass_at and self.success_stated
+                    else f"{'n/a' if k in g.pass_at else '-':>{width}}" for k in ks
+                )
                 lines.append(f"{g.example[:23]:<24}{g.n:>{n_width}}{g.correct:>{n_width}}"
                              f"{number_text(g.mean_reward):>9}{number_text(g.reward_std):>9}{cells}")
             if len(self.groups) > len(shown):
@@ -1010,17 +1053,27 @@ def weighted_score(weights: Mapping[str, float]) -> Score:
 
 def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[str, Any]], source: Path) -> None:
     """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere;
-    and for a file of no records, which has nothing to re-score."""
+    one that names a timing the records keep (a latency, such as the coding server's ``time_s``:
+    no part of a reward); and for a file of no records, which has nothing to re-score."""
     names: set[str] = set()
+    timings: set[str] = set()
     count = 0
     for record in records:
         count += 1
         if isinstance(record.get("reward_components"), dict):
             names.update(map(str, record["reward_components"]))
+        if isinstance(record.get("timings"), dict):
+            timings.update(map(str, record["timings"]))
     if not count:
         raise EvalError(f"{source}: no records to re-score")
     present = sorted(names)
     missing = [name for name in weights if name not in present]
+    latencies = [name for name in missing if name in timings]
+    if latencies:
+        raise EvalError(
+            f"--weights {', '.join(latencies)}: a timing the records keep (seconds), not a reward component; "
+            f"weigh the records' components: {', '.join(present) or 'none'}"
+        )
     if missing:
         raise EvalError(
             f"--weights {', '.join(missing)}: no record has such a reward component; the records have: "
@@ -1057,7 +1110,8 @@ def rescore_record(record: dict[str, Any], score: Score) -> dict[str, Any]:
             text = " ".join(str(exc).split())
             text = text if len(text) <= _SCORE_ERROR_CHARS else f"{text[:_SCORE_ERROR_CHARS]}… ({len(text)} characters)"
             what = f"raised {type(exc).__name__}: {text}"
-        raise ScoreFailedError(f"the score {name} on record {record.get('uuid')} {what}") from exc
+        # Named as called (a score function is often called `score`: "the score score" said nothing).
+        raise ScoreFailedError(f"{name}() on record {record.get('uuid')} {what}") from exc
     try:
         reward, success = _reward_of(record, result)
     except OverflowError:  # an int beyond any float

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 from envsdk.registry import Registry, import_spec
+from envsdk.schema_values import example_value, type_name
 
 __all__ = [
     "ObservationFormatter",
@@ -184,12 +185,19 @@ def parse_reply(text: str, action_schema: Mapping[str, Any] | None = None) -> di
             return {name: text}
         if parsed is not _NOT_JSON:
             return {name: parsed}
-    described = ", ".join(f"{n} ({p.get('type', 'any') if isinstance(p, dict) else 'any'})" for n, p in fields.items())
-    example = json.dumps({n: "…" for n in fields}) if fields else "{}"
+    described = ", ".join(f"{n} ({type_name(p, action_schema)})" for n, p in fields.items())
+    example = json.dumps(_example_action(action_schema, fields), ensure_ascii=False)
     raise ReplyParseError(
         f"reply {text[:80]!r} is not an action: the action's fields are {described or 'none'};"
         f" reply with a JSON object such as {example}, or override the scheduler's parse_action"
     )
+
+
+def _example_action(action_schema: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An action the schema accepts, of its required fields (all of them when none is required),
+    each a plain value of its type: what a reply hint shows."""
+    required = [n for n in action_schema.get("required", []) if n in fields] or list(fields)
+    return {name: example_value(fields[name], action_schema) for name in required}
 
 
 _NOT_JSON = object()

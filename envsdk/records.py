@@ -10,6 +10,13 @@ Every field has one shape, and nothing is written twice:
 ``env_config``         the dataset row's ``env_config``, as given
 ``status``             ``done`` | ``max_turns`` | ``length`` | ``error`` | ``cancelled``
 ``reason``             why it ended, in words, or null
+``truncated``          true when the length limit cut the episode's last completion (its
+                       ``finish_reason`` was "length", or it passed ``max_completion_chars``);
+                       ``infos["cut_replies"]`` then names the rule that dealt with it (``env``:
+                       sent to the environment; ``penalty``: not sent, ``infos["format_penalty"]``
+                       added to the reward; ``mask``: not sent, left out of training). The
+                       episode ended there: ``status`` is ``length`` unless the environment
+                       ended it on that reply (``done``)
 ``error_kind``         the exception class name when ``status`` is ``error``, else null
 ``success``            true/false where the environment states it (a boolean ``success`` in
                        its step info) or the scheduler does (Sudoku: solved); null where
@@ -28,7 +35,15 @@ Every field has one shape, and nothing is written twice:
 ``infos``              the scheduler's other episode facts (``rollout_infos`` without the
                        numbers above), e.g. Sudoku's ``cells_filled`` and ``moves_tried``
 ``messages``           the conversation: what the model read and what it replied
-``timings``            seconds: ``reset``, ``policy``, ``env``, ``total``
+``timings``            seconds: ``reset``, ``policy``, ``env``, ``total``, and each timing
+                       the environment reported on its steps (a step's metadata
+                       ``timings``, e.g. the coding server's ``time_s``) summed over the
+                       episode: latencies are kept here, never among the reward parts
+``final_observation``  the observation of the step at which the environment ended the episode
+                       (a game's verdict: TextArena's "Congratulations! …"), which the model
+                       never read, so no message holds it; null when the environment did not
+                       end it (``max_turns``, ``length``, ``error``: the last observation the
+                       model read is in ``messages``)
 ``eval``               only in runs of ``envsdk rollout`` (`envsdk.evaluate`): ``example`` (the
                        seed or dataset row), ``index`` (which of its ``--rollouts-per-example``),
                        ``run`` (the run's id) and ``attempt`` (1, then 2… for each ``--resume``)
@@ -41,7 +56,7 @@ Every field has one shape, and nothing is written twice:
 =====================  ======================================================================
 
 The default, lean form leaves ``steps`` and ``reset_info`` out: the model's view of every
-observation is already in ``messages``.
+observation is already in ``messages``, and the one it never read is ``final_observation``.
 """
 
 from __future__ import annotations
@@ -58,7 +73,7 @@ import re
 import stat
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter, methodcaller
@@ -68,13 +83,13 @@ from typing import IO, Any, Literal
 from pydantic_core import PydanticSerializationError, to_json
 
 from envsdk.env import RolloutRequest
-from envsdk.rewards.parts import REWARD_PARTS, all_finite_floats
+from envsdk.rewards.parts import REWARD_PARTS, TIMINGS, all_finite_floats
 from envsdk.tokens import TOKENS
 
 __all__ = [
     "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components", "record_bytes",
-    "RecordError", "check_record", "finite_number", "quantile", "mean_and_std", "number_text", "stated_success", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
-    "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path",
+    "RecordError", "check_record", "finite_number", "quantile", "mean_and_std", "number_text", "stated_success", "done_reason", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
+    "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path", "part_basis", "basis_labels",
 ]
 
 SCHEMA = "envsdk.completions/1"
@@ -131,6 +146,8 @@ class Trajectory:
     turns: int = 0
     total_reward: float = 0.0
     success: bool | None = None
+    #: The length limit cut the last completion (`envsdk.schedulers.base.MultiTurnScheduler.take_reply`).
+    truncated: bool = False
     rollout_infos: dict[str, Any] = field(default_factory=dict)
     reset_info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -167,17 +184,43 @@ class Trajectory:
         return trajectory_record(self, form)
 
 
-def stated_success(trajectory: Trajectory) -> bool | None:
-    """Whether the episode succeeded, as the environment states it: a boolean ``success`` in
-    the last step's info or in the observation metadata it carries; None when it says nothing
-    (a positive reward is not taken to mean success)."""
+def _stated(trajectory: Trajectory, key: str, kind: type) -> Any:
+    """The `kind` value of `key` in the last step's info or in the observation metadata it
+    carries (the frame's or the observation's), else None."""
     if not trajectory.steps:
         return None
     info = trajectory.steps[-1].info
     for where in (info, info.get("metadata"), info.get("frame_metadata")):
-        if isinstance(where, dict) and isinstance(where.get("success"), bool):
-            return bool(where["success"])
+        if isinstance(where, dict) and isinstance(where.get(key), kind):
+            return where[key]
     return None
+
+
+def stated_success(trajectory: Trajectory) -> bool | None:
+    """Whether the episode succeeded, as the environment states it: a boolean ``success`` in
+    the last step's info or in the observation metadata it carries; None when it says nothing
+    (a positive reward is not taken to mean success)."""
+    stated = _stated(trajectory, "success", bool)
+    return None if stated is None else bool(stated)
+
+
+#: Longest environment's reason kept in a record's ``reason`` (the whole text stays in its
+#: ``final_observation``).
+_REASON_CHARS = 240
+
+
+def done_reason(trajectory: Trajectory) -> str:
+    """Why the environment ended the episode, in words: "environment signalled done", and what
+    it said ended it when its last step states that (a string ``reason`` beside ``success``,
+    as the TextArena server puts it: "…: Congratulations! You guessed the correct number."),
+    on one line of at most `_REASON_CHARS` characters."""
+    said = _stated(trajectory, "reason", str) if trajectory.steps and trajectory.steps[-1].done else None
+    words = " ".join(said.split()) if said else ""
+    if not words:
+        return "environment signalled done"
+    if len(words) > _REASON_CHARS:
+        words = words[: _REASON_CHARS - 1] + "…"
+    return f"environment signalled done: {words}"
 
 
 # Keys of rollout_infos that the record already holds elsewhere: never copied into ``infos``.
@@ -234,6 +277,75 @@ def success_text(successes: int, stated: int, episodes: int) -> str:
     return f"{successes / stated:.1%} ({successes}/{stated}{unstated})"
 
 
+#: How an episode's value of a reward part can be made from its step values, in the order a
+#: label prefers them where the values fit several (all zero, or one step): a mean or a last
+#: value reads as a score, a sum as a count.
+PART_BASES = ("mean", "last", "sum")
+
+
+def part_basis(value: float | None, steps: Sequence[float | None]) -> tuple[frozenset[str], int]:
+    """How an episode's `value` of a reward part is made from its per-step values `steps`: the
+    `PART_BASES` that give it (several may, e.g. for one step) and how many steps evaluated the
+    part. An empty set: none gives it (an episode-level part, such as a final score)."""
+    done = [v for v in steps if v is not None]
+    if value is None or not done:
+        return frozenset(), len(done)
+    total = math.fsum(done)
+    made = {"sum": total, "mean": total / len(done), "last": done[-1]}
+    return frozenset(how for how, number in made.items() if math.isclose(value, number, rel_tol=1e-9, abs_tol=1e-12)), len(done)
+
+
+def basis_labels(bases: Mapping[str, Iterable[tuple[frozenset[str], int]]]) -> dict[str, str]:
+    """What each reward part's episode values are, from every episode's `part_basis` of it:
+    ``"summed over 3 steps"``, ``"mean over 1-8 steps"``, ``"last of 2-5 steps"``, ``"1 step per
+    episode"``, or ``"per episode"`` when no one rule makes every episode's value from its steps.
+    A summary prints it beside the part, so that a part summed over steps is not read as a 0/1
+    score. Where a part's values fit several rules (all zero), the rule the run's other parts
+    show alone is taken (one scheduler makes them all alike), else `PART_BASES`' order."""
+    found: dict[str, tuple[frozenset[str], int, int]] = {}
+    for name, per_episode in bases.items():
+        # An episode that ended before its first step has no step values: it says nothing of the rule.
+        stepped = [(fits, n) for fits, n in per_episode if n]
+        if not stepped:
+            continue
+        common = frozenset(PART_BASES)
+        for fits, _ in stepped:
+            common &= fits
+        found[name] = (common, min(n for _, n in stepped), max(n for _, n in stepped))
+    shown = {next(iter(common)) for common, _, _ in found.values() if len(common) == 1}
+    labels: dict[str, str] = {}
+    for name in bases:
+        if name not in found or not found[name][0]:
+            labels[name] = "per episode"
+            continue
+        common, low, high = found[name]
+        how = next((b for b in PART_BASES if b in common and b in shown), None) or next(b for b in PART_BASES if b in common)
+        if high == 1:
+            labels[name] = "1 step per episode"
+            continue
+        steps = f"{low} steps" if low == high else f"{low}-{high} steps"
+        labels[name] = {"sum": f"summed over {steps}", "mean": f"mean over {steps}", "last": f"last of {steps}"}[how]
+    return labels
+
+
+def _with_reported(timings: dict[str, float], steps: Sequence[StepRecord]) -> dict[str, float]:
+    """`timings` and each timing the environment reported on `steps` (in a step info's, or its
+    observation metadata's, ``timings``), summed over the episode; a name `timings` already
+    has keeps its value."""
+    reported: dict[str, float] = {}
+    for step in steps:
+        info = step.info
+        for where in (info, info.get("metadata"), info.get("frame_metadata")):
+            said = where.get(TIMINGS) if isinstance(where, dict) else None
+            if isinstance(said, dict):
+                for name, value in said.items():
+                    number = finite_number(value)
+                    if number is not None:
+                        reported[str(name)] = reported.get(str(name), 0.0) + number
+                break
+    return {**reported, **timings} if reported else timings
+
+
 def episode_components(trajectory: Trajectory) -> dict[str, float]:
     """The episode values of the trajectory's reward components: the numbers its scheduler put
     in ``rollout_infos["reward_parts"]`` (a name → number mapping)."""
@@ -269,6 +381,7 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         "env_config": env_config,
         "status": trajectory.status,
         "reason": trajectory.reason,
+        "truncated": trajectory.truncated,
         "error_kind": trajectory.error_kind,
         "success": trajectory.success,
         "turns": trajectory.turns,
@@ -277,7 +390,8 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         "reward_components": components,
         "infos": infos,
         "messages": trajectory.messages,
-        "timings": trajectory.timings,
+        "timings": _with_reported(trajectory.timings, trajectory.steps),
+        "final_observation": _final_observation(trajectory),
     }
     tag = trajectory.request.data_dict.get("eval")
     if isinstance(tag, dict):
@@ -299,6 +413,12 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         ]
         record["reset_info"] = trajectory.reset_info
     return record
+
+
+def _final_observation(trajectory: Trajectory) -> Any:
+    """The observation of the last step when the environment ended the episode there."""
+    last = trajectory.steps[-1] if trajectory.steps else None
+    return last.observation if last is not None and last.done else None
 
 
 def check_record(record: Any, where: str) -> dict[str, Any]:

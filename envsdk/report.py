@@ -52,10 +52,12 @@ from envsdk.evaluate import (
 )
 from envsdk.records import (
     RecordError,
+    basis_labels,
     check_record,
     finite_number,
     mean_and_std,
     number_text,
+    part_basis,
     quantile,
     read_jsonl,
     success_text,
@@ -93,6 +95,8 @@ class Episode:
     turns: int
     components: dict[str, float] = field(default_factory=dict)
     training_step: float | None = None
+    #: How each component's value is made from its step values (`envsdk.records.part_basis`).
+    bases: dict[str, tuple[frozenset[str], int]] = field(default_factory=dict)
 
 
 def _episode(record: Any, where: str) -> Episode:
@@ -101,10 +105,12 @@ def _episode(record: Any, where: str) -> Episode:
     except RecordError as exc:
         raise ReportError(str(exc)) from None
     components: dict[str, float] = {}
+    bases: dict[str, tuple[frozenset[str], int]] = {}
     for name, component in checked["reward_components"].items():
         number = finite_number(component.get("value"))
         if number is not None:
             components[str(name)] = number
+            bases[str(name)] = part_basis(number, [finite_number(v) for v in component["steps"]])
     given = checked.get("infos")
     infos: dict[str, Any] = given if isinstance(given, dict) else {}
     step = next(
@@ -118,6 +124,7 @@ def _episode(record: Any, where: str) -> Episode:
         turns=int(turns) if turns is not None else 0,
         components=components,
         training_step=step,
+        bases=bases,
     )
 
 
@@ -361,9 +368,12 @@ def _html(
     rows = [("total_reward", [e.total_reward for e in episodes])]
     rows += [(n, [e.components[n] for e in episodes if n in e.components]) for n in names]
     rows.append(("turns", [float(e.turns) for e in episodes]))
+    # What a component's episode value is (summed over its steps, their mean...), beside it.
+    said = basis_labels({n: [e.bases[n] for e in episodes if n in e.bases] for n in names})
     table = "\n".join(
         f"<tr><td>{html.escape(name)}</td><td>{number_text(_mean(v))}</td><td>{number_text(quantile(v, 0.5))}</td>"
-        f"<td>{number_text(quantile(v, 0.9))}</td><td>{number_text(min(v))}</td><td>{number_text(max(v))}</td><td>{len(v)}</td></tr>"
+        f"<td>{number_text(quantile(v, 0.9))}</td><td>{number_text(min(v))}</td><td>{number_text(max(v))}</td><td>{len(v)}</td>"
+        f"<td>{html.escape(said.get(name, ''))}</td></tr>"
         for name, v in rows
     )
     plotted = "" if len(names) <= _PLOTTED_COMPONENTS else (
@@ -400,7 +410,7 @@ figcaption {{ color: #667085; }}
 <p>episodes <b>{len(episodes)}</b> · success rate <b>{html.escape(_success(episodes))}</b>
  · statuses {html.escape(statuses)}</p>
 <table>
-<thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th><th>n</th></tr></thead>
+<thead><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>min</th><th>max</th><th>n</th><th>each episode's value</th></tr></thead>
 <tbody>
 {table}
 </tbody>
@@ -594,7 +604,9 @@ def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
     bars: one standard error). A success rate is over the episodes that state success; a file
     where none does gets no bar and the label "n/a", not a 0% bar."""
     labels = [label for label, _ in labelled]
-    fig = _figure(max(6.4, 1.6 * len(labelled) + 3.0), 3.6)
+    # Room under each bar for its label (about 0.085 in a character), in each of the two plots.
+    slot = max(0.8, 0.085 * max(map(len, labels)) + 0.3)
+    fig = _figure(max(6.4, 1.6 * len(labelled) + 3.0, 2 * len(labelled) * slot + 1.6), 3.6)
     rate_ax, reward_ax = fig.subplots(1, 2)
     rates, rate_errors, rate_labels, stated_counts = [], [], [], []
     means, mean_errors = [], []
@@ -610,17 +622,19 @@ def comparison_figure(labelled: Sequence[tuple[str, list[Episode]]]) -> Any:
         # One standard error: the sample deviation (n - 1) over the square root of n.
         mean_errors.append(std / math.sqrt(max(len(episodes) - 1, 1)))
     colors = ["#8a99b3", "#2f6fde", "#12805c", "#d98b2b", "#8a6fd1"]
-    rate_title = "success rate (± 1 s.e.), stated in " + ", ".join(
-        f"{k}/{len(e)}" for k, (_, e) in zip(stated_counts, labelled, strict=True)
-    )
     unit, note = _unit(means + mean_errors)
-    reward_title = f"mean total reward{note} (± 1 s.e.), n = " + " / ".join(str(len(e)) for _, e in labelled)
-    for ax, values, errors, texts, title in (
-        (rate_ax, rates, rate_errors, rate_labels, rate_title),
-        (reward_ax, [m / unit for m in means], [e / unit for e in mean_errors], [number_text(v, 2) for v in means], reward_title),
+    # Each file's counts under its own bar: in the title they ran past the axes into the other
+    # plot's title once the files held hundreds of episodes.
+    rate_ticks = [f"{label}\n{k}/{len(e)} stated" for label, k, (_, e) in zip(labels, stated_counts, labelled, strict=True)]
+    reward_ticks = [f"{label}\nn = {len(e)}" for label, (_, e) in zip(labels, labelled, strict=True)]
+    for ax, values, errors, texts, title, ticks in (
+        (rate_ax, rates, rate_errors, rate_labels, "success rate (± 1 s.e.)", rate_ticks),
+        (reward_ax, [m / unit for m in means], [e / unit for e in mean_errors], [number_text(v, 2) for v in means],
+         f"mean total reward{note} (± 1 s.e.)", reward_ticks),
     ):
         palette = [colors[i % len(colors)] for i in range(len(labels))]
-        bars = ax.bar(labels, values, yerr=errors, capsize=6, color=palette)
+        bars = ax.bar(range(len(labels)), values, yerr=errors, capsize=6, color=palette)
+        ax.set_xticks(range(len(labels)), ticks)
         # Above each bar (and its error bar), so that a 0.00 bar's label is not lost in the axis.
         ax.bar_label(bars, labels=texts, padding=4, color="#1d2330")
         ax.margins(y=0.15)

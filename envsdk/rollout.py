@@ -37,7 +37,7 @@ from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import EVAL_KEY, add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
-    LockFileError, RecordForm, RecordsBusy, RecordsWritten, episode_components, hold_records, mean_and_std, number_text, quantile, read_jsonl, success_text,
+    LockFileError, RecordForm, RecordsBusy, RecordsWritten, basis_labels, episode_components, hold_records, part_basis, mean_and_std, number_text, quantile, read_jsonl, success_text,
 )
 from envsdk.schedulers import (
     GYMScheduler,
@@ -48,6 +48,8 @@ from envsdk.schedulers import (
     Trajectory,
     TrajectoryWriter,
 )
+from envsdk.schedulers.base import CUT_RULE_TEXT, CUT_RULES, DEFAULT_CUT_RULE, CutRule
+from envsdk.schedulers.sudoku import DEFAULT_HINTS, HINT_LEVELS, check_hints
 
 __all__ = [
     "RolloutSummary",
@@ -112,6 +114,12 @@ class RolloutSummary:
     errors: dict[str, int] = field(default_factory=dict)
     #: Episodes whose success was stated (by the env or the scheduler); None: all of them.
     judged: int | None = None
+    #: Episodes whose last completion the length limit cut, and the rule that dealt with them
+    #: (``--cut-replies``; None where it is not known).
+    cut: int = 0
+    cut_rule: str | None = None
+    #: What each component's episode value is (`envsdk.records.basis_labels`: ``summed over 3 steps``).
+    component_bases: dict[str, str] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
@@ -133,6 +141,7 @@ class RolloutSummary:
             f"{'statuses':<16}{statuses}",
             f"{'steps':<16}{self.steps} in {self.elapsed_s:.2f} s ({self.steps_per_s:.1f} steps/s)",
             f"{'errors':<16}{errors}",
+            f"{'cut replies':<16}{self._cut_text()}",
             "",
             f"{'':<16}{'mean':>10}{'p50':>10}{'p90':>10}{'n':>6}",
         ]
@@ -140,10 +149,19 @@ class RolloutSummary:
         for name, stat in rows:
             lines.append(f"{name:<16}{number_text(stat.mean):>10}{number_text(stat.p50):>10}{number_text(stat.p90):>10}{stat.n:>6}")
         if self.components:
-            lines.append(f"reward components ({len(self.components)}):")
+            lines.append(f"reward components ({len(self.components)}), each episode's value:")
             for name, stat in sorted(self.components.items()):
-                lines.append(f"  {name:<14}{number_text(stat.mean):>10}{number_text(stat.p50):>10}{number_text(stat.p90):>10}{stat.n:>6}")
+                basis = self.component_bases.get(name, "per episode")
+                lines.append(
+                    f"  {name:<14}{number_text(stat.mean):>10}{number_text(stat.p50):>10}{number_text(stat.p90):>10}"
+                    f"{stat.n:>6}  {basis}"
+                )
         return "\n".join(lines)
+
+    def _cut_text(self) -> str:
+        rule = self.cut_rule
+        said = f"--cut-replies {rule}: {CUT_RULE_TEXT[rule]}" if rule in CUT_RULE_TEXT else f"--cut-replies {rule}"
+        return f"{self.cut} of {self.episodes}" + (f" ({said})" if rule else "")
 
     def _success_text(self) -> str:
         return success_text(self.successes, self.episodes if self.judged is None else self.judged, self.episodes)
@@ -161,15 +179,26 @@ class EpisodeFacts(NamedTuple):
     components: dict[str, float]
     turns: int
     steps: int
+    truncated: bool = False
+    #: How each component's value is made from its step values (`envsdk.records.part_basis`).
+    bases: dict[str, tuple[frozenset[str], int]] | None = None
 
     @classmethod
     def of(cls, trajectory: Trajectory) -> EpisodeFacts:
         t = trajectory
-        return cls(t.status, t.reason, t.error_kind, t.success, t.total_reward, episode_components(t), t.turns, len(t.steps))
+        components = episode_components(t)
+        bases = {name: part_basis(value, [s.components.get(name) for s in t.steps]) for name, value in components.items()}
+        return cls(
+            t.status, t.reason, t.error_kind, t.success, t.total_reward, components, t.turns, len(t.steps),
+            t.truncated, bases,
+        )
 
 
-def summarize(trajectories: Sequence[Trajectory | EpisodeFacts], elapsed_s: float) -> RolloutSummary:
-    """Success rate, reward and component statistics, turns, throughput and errors by kind.
+def summarize(
+    trajectories: Sequence[Trajectory | EpisodeFacts], elapsed_s: float, cut_rule: str | None = None
+) -> RolloutSummary:
+    """Success rate, reward and component statistics, turns, throughput, errors by kind, and
+    the episodes whose last completion was cut (`cut_rule`: the ``--cut-replies`` rule).
 
     Components are the episode values a scheduler declared in
     ``rollout_infos["reward_parts"]`` (any rubric's named parts; Sudoku: its five parts),
@@ -191,6 +220,11 @@ def summarize(trajectories: Sequence[Trajectory | EpisodeFacts], elapsed_s: floa
         steps=sum(f.steps for f in facts),
         elapsed_s=elapsed_s,
         errors=dict(Counter(f.error_kind or "unknown" for f in facts if f.status == "error")),
+        cut=sum(1 for f in facts if f.truncated),
+        cut_rule=cut_rule,
+        component_bases=basis_labels(
+            {name: [f.bases[name] for f in facts if f.bases is not None and name in f.bases] for name in components}
+        ),
     )
 
 
@@ -263,6 +297,8 @@ ROW_KEYS = frozenset({"name", "seed", "base_url"})
 #: ... and those of a row played on a server (`OpenEnvScheduler`'s; the server's own reset
 #: options go in ``reset_kwargs``, which the server checks against its ``reset`` signature).
 SERVER_ROW_KEYS = frozenset({"reset_kwargs", "system_message", "formatter"})
+#: ... and those a Sudoku row may add (`SudokuScheduler`'s ``hints`` for that episode).
+SUDOKU_ROW_KEYS = frozenset({"hints"})
 
 
 def check_env_config(env: str, config: dict[str, Any], *, on_server: bool, where: str) -> None:
@@ -270,7 +306,12 @@ def check_env_config(env: str, config: dict[str, Any], *, on_server: bool, where
     one of `ROW_KEYS`, nor `SERVER_ROW_KEYS` for a row played on a server (`on_server`), nor
     one of a local env's declared ``CONFIG_KEYS``. A local env that declares none is not checked."""
     if on_server:
-        accepted = ROW_KEYS | SERVER_ROW_KEYS
+        accepted = ROW_KEYS | SERVER_ROW_KEYS | (SUDOKU_ROW_KEYS if env == SUDOKU else frozenset())
+        if env == SUDOKU and "hints" in config:
+            try:
+                check_hints(config["hints"])
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc}") from None
     else:
         from envsdk.registry import envs
 
@@ -357,6 +398,7 @@ def make_scheduler(
     max_completion_chars: int | None = None,
     scheduler: str | None = None,
     formatter: str | None = None,
+    tool_format: str | None = None,
 ) -> MultiTurnScheduler:
     """The scheduler for `env`: the registered scheduler named `scheduler` when given; else
     Sudoku → `SudokuScheduler`; another name with a base URL → a `GYMScheduler` playing it as
@@ -365,10 +407,38 @@ def make_scheduler(
     `OpenEnvScheduler`; else a registered local `Env` → `GYMScheduler` (raises
     `EnvNotFoundError`, listing the known names, when there is none). `formatter` (a name in
     `envsdk.formats.formatters`) is how a server's observations become the model's text.
+    `tool_format` (``native`` or ``text``) is the form a `ToolScheduler` plays a tool server in
+    (default: the policy's); a `ValueError` for a scheduler that plays no tools.
 
     A named scheduler is built with the keyword arguments its constructor accepts among
     ``max_turns``, ``max_completion_chars``, ``max_concurrent_envs``, ``base_url``, ``gym_env``
     and ``formatter``."""
+    built = _make_scheduler(
+        env, base_url=base_url, max_turns=max_turns, concurrency=concurrency, max_completion_chars=max_completion_chars,
+        scheduler=scheduler, formatter=formatter,
+    )
+    if tool_format is not None:
+        from envsdk.schedulers.tools import TOOL_FORMATS, ToolScheduler
+
+        if not isinstance(built, ToolScheduler):
+            raise ValueError(
+                f"--tool-format {tool_format}: {env} is not played with tool calls ({type(built).__name__}; a tool "
+                "environment's server lists its tools over /mcp): leave --tool-format out"
+            )
+        built.tool_format = next(f for f in TOOL_FORMATS if f == tool_format)
+    return built
+
+
+def _make_scheduler(
+    env: str,
+    *,
+    base_url: BaseUrls | None,
+    max_turns: int | None,
+    concurrency: int,
+    max_completion_chars: int | None,
+    scheduler: str | None,
+    formatter: str | None,
+) -> MultiTurnScheduler:
     turns: dict[str, Any] = {"max_turns": max_turns} if max_turns is not None else {}
     shown: dict[str, Any] = {"formatter": formatter} if formatter is not None else {}
     if scheduler is not None:
@@ -522,7 +592,10 @@ async def run_batches(
     formatter: str | None = None,
     release: bool = False,
     facts: list[EpisodeFacts] | None = None,
+    tool_format: str | None = None,
     on_replace: Callable[[], None] | None = None,
+    cut_replies: CutRule | None = None,
+    cut_penalty: float | None = None,
 ) -> RolloutReport:
     """Run every batch at once (each at most `concurrency` episodes at a time); trajectories
     come back in row order, batch after batch.
@@ -533,6 +606,10 @@ async def run_batches(
     `on_replace`, only once an episode ends without an error: `TrajectoryWriter`); their
     `EpisodeFacts` are appended to `facts` the same way (with `out`, once their records are
     written). A failing episode is recorded (status ``error``), never raised.
+
+    `cut_replies` and `cut_penalty` set what a reply cut by the length limit gets on the
+    schedulers made here (`envsdk.schedulers.base.CutRule`); a `scheduler` given as an object
+    keeps its own. The summary counts the cut replies and names the rule.
 
     With `release` (and `out`), each trajectory keeps only how it ended once its record is
     written: its messages, steps, rollout infos, reset info and scheduler handle are dropped, so
@@ -601,6 +678,7 @@ async def run_batches(
                     task.cancel()
 
         runs = []
+        cut_rules: dict[str, None] = {}  # the rules of the batches' schedulers, in order
         for batch in batches:
             # Starting a server and asking one what it serves block for seconds: in worker
             # threads, so that the caller's event loop (a trainer's) keeps running meanwhile.
@@ -613,9 +691,13 @@ async def run_batches(
                 if isinstance(scheduler, MultiTurnScheduler)
                 else await asyncio.to_thread(
                     make_scheduler, batch.env, base_url=url, max_turns=max_turns, concurrency=concurrency,
-                    scheduler=scheduler, formatter=formatter,
+                    scheduler=scheduler, formatter=formatter, tool_format=tool_format,
                 )
             )
+            if sched is not scheduler and cut_replies is not None:
+                sched.cut_replies = cut_replies
+                sched.cut_penalty = cut_penalty
+            cut_rules.setdefault(sched.cut_replies)
             if sched is not scheduler and type(sched).__module__.startswith("envsdk."):
                 # Nobody here reads a trajectory before it ends: its infos are wanted once.
                 # A scheduler class of the user's own (a plugin's) may read them: kept as it is.
@@ -628,6 +710,7 @@ async def run_batches(
                     # after its record: no step need keep its observation while the episode plays.
                     sched.keep_observations = False
             runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
+        cut_rule = "/".join(cut_rules) or None
         started = time.perf_counter()
         tasks.extend(asyncio.ensure_future(run) for run in runs)
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -638,13 +721,13 @@ async def run_batches(
     written = writer.written if writer is not None else None
     if stopped:
         return RolloutReport(
-            list(done_list), summarize(done_facts, elapsed), stopped[0], written, list(done_facts),
+            list(done_list), summarize(done_facts, elapsed, cut_rule), stopped[0], written, list(done_facts),
             unwritten[0] if unwritten else None,
         )
     trajectories = [t for result in outcomes if isinstance(result, list) for t in result]
     # Every trajectory passes `on_done`, unless a scheduler's own `run` skipped it.
     ended = list(done_facts) if len(done_facts) == len(trajectories) else [EpisodeFacts.of(t) for t in trajectories]
-    return RolloutReport(trajectories, summarize(ended, elapsed), written=written, facts=ended)
+    return RolloutReport(trajectories, summarize(ended, elapsed, cut_rule), written=written, facts=ended)
 
 
 def _release(trajectory: Trajectory) -> None:
@@ -671,15 +754,19 @@ async def run_rollouts(
     scheduler: str | MultiTurnScheduler | None = None,
     finished: list[Trajectory] | None = None,
     env_config: dict[str, Any] | None = None,
+    cut_replies: CutRule | None = None,
+    cut_penalty: float | None = None,
 ) -> RolloutReport:
     """Run `episodes` episodes of `env` (seeds `seed`…, `env_config` added to every row's) with
-    `policy`, at most `concurrency` at once; see `run_batches`."""
+    `policy`, at most `concurrency` at once; see `run_batches`. `cut_replies` and `cut_penalty`:
+    what a reply cut by the length limit gets (`envsdk.schedulers.base.CutRule`; default: the
+    scheduler's own, ``penalty`` unless it was made otherwise)."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     batch = Batch(env, make_requests(env, episodes, seed, base_url, env_config), policy, base_url)
     return await run_batches(
         [batch], concurrency=concurrency, max_turns=max_turns, out=out, record=record,
-        progress=progress, scheduler=scheduler, finished=finished,
+        progress=progress, scheduler=scheduler, finished=finished, cut_replies=cut_replies, cut_penalty=cut_penalty,
     )
 
 
@@ -715,6 +802,17 @@ class _StoreGiven(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN.format(self.dest), True)
+
+
+class _StoreTrueGiven(argparse._StoreTrueAction):
+    """``store_true``, noting on the namespace that the flag was given (`_GIVEN`)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
         setattr(namespace, _GIVEN.format(self.dest), True)
 
 
@@ -764,6 +862,18 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "envsdk.formats.formatters (default: text)",
     )
     parser.add_argument(
+        "--sudoku-hints", choices=HINT_LEVELS, default=None,
+        help="what Sudoku's messages show beside the board: none; rejected (the moves the game rejected so far); "
+        "all (also GUARANTEED MOVES and other candidates, ms-swift's hints: moves of the solution, which make the "
+        f"reward easier to earn than the game) (default: {DEFAULT_HINTS}; a row's env_config \"hints\" wins)",
+    )
+    parser.add_argument(
+        "--tool-format", choices=("native", "text"), default=None,
+        help="how a tool environment is played: native (tools= and tool_calls, results as tool messages) or text "
+        "(tools listed in the system message, <tool_call> blocks, results in <tool_response> blocks); default: "
+        "native for a policy that supports tools (openai, transformers), text otherwise",
+    )
+    parser.add_argument(
         "--model", default=None, action=_StoreGiven, help="model name (openai) or local path (transformers)"
     )
     parser.add_argument(
@@ -772,14 +882,29 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--temperature", type=float, default=None, action=_StoreGiven,
-        help="sampling temperature for --policy openai, 0 to 2, 0 greedy (default: 1.0)",
+        help="sampling temperature for --policy openai or transformers, 0 to 2 (openai), 0 greedy (default: 1.0)",
     )
     parser.add_argument(
-        "--top-p", type=float, default=None, action=_StoreGiven, help="nucleus sampling for --policy openai (default: 1.0)"
+        "--top-p", type=float, default=None, action=_StoreGiven,
+        help="nucleus sampling for --policy openai or transformers (default: 1.0)",
     )
     parser.add_argument(
         "--max-tokens", type=int, default=None, action=_StoreGiven,
-        help="most tokens in one reply, for --policy openai (default: 512)",
+        help="most tokens in one reply, for --policy openai or transformers (default: 512)",
+    )
+    parser.add_argument(
+        "--greedy", action=_StoreTrueGiven,
+        help="greedy decoding (temperature 0) for --policy openai or transformers",
+    )
+    parser.add_argument(
+        "--sampling-args", type=_json_object, default=None, action=_StoreGiven, metavar="JSON",
+        help="decoding settings as one JSON object, merged over the flags above, as vf-eval's: temperature, top_p, "
+        "max_tokens, seed (the model's sampling seed; null: unseeded), and any other key a request body field "
+        "(openai, e.g. top_k) or a generate() argument (transformers, e.g. repetition_penalty)",
+    )
+    parser.add_argument(
+        "--chat-template-kwargs", type=_json_object, default=None, action=_StoreGiven, metavar="JSON",
+        help='arguments of the chat template for --policy openai or transformers, e.g. \'{"enable_thinking": false}\'',
     )
     parser.add_argument(
         "--api-key", default=None, action=_StoreGiven,
@@ -788,6 +913,14 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--episodes", type=int, default=DEFAULT_EPISODES, action=_StoreGiven,
         help="number of episodes",
+    )
+    parser.add_argument(
+        "-n", "--limit", type=int, default=None, metavar="N",
+        help="play only the first N examples: the first N rows of --dataset (with --env, N episodes, as --episodes N)",
+    )
+    parser.add_argument(
+        "--print-samples", type=int, default=0, metavar="N",
+        help="after the summary, print the first N episodes (by example) as the model read them, as `envsdk show` does",
     )
     parser.add_argument("--concurrency", type=int, default=8, help="episodes played at once")
     parser.add_argument(
@@ -809,18 +942,32 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--record", choices=("lean", "full"), default="lean",
         help="lean: no per-step structured observations (the model's view is in messages); full: with them",
     )
+    parser.add_argument(
+        "--cut-replies", choices=CUT_RULES, default=DEFAULT_CUT_RULE,
+        help="a reply cut by the length limit: env (sent to the env like any reply, its reasoning split off; a "
+        "cut inside the reasoning is an empty reply), penalty (not sent: the episode ends with the format "
+        "penalty, Sudoku's reply with no move), mask (not sent: the episode ends, flagged to be left out of "
+        "training); the episode ends there under each, and its record says truncated: true",
+    )
+    parser.add_argument(
+        "--cut-penalty", type=float, default=None, metavar="REWARD",
+        help="what --cut-replies penalty adds to a cut episode's reward (default: the scheduler's format penalty: "
+        "-1.0, the coding env's 0.0)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_eval_arguments(parser)
     parser.set_defaults(func=rollout_command)
     return parser
 
 
+#: The decoding options, read by both model-backed policies.
+_DECODING_OPTIONS = ("temperature", "top_p", "max_tokens", "greedy", "sampling_args", "chat_template_kwargs")
 #: The options each policy reads beyond --policy; any other policy reads none of them.
 _POLICY_OPTIONS = {
-    "openai": ("model", "api_base", "api_key", "temperature", "top_p", "max_tokens"),
-    "transformers": ("model",),
+    "openai": ("model", "api_base", "api_key", *_DECODING_OPTIONS),
+    "transformers": ("model", *_DECODING_OPTIONS),
 }
-_SAMPLING_OPTIONS = ("model", "api_base", "api_key", "temperature", "top_p", "max_tokens")
+_SAMPLING_OPTIONS = ("model", "api_base", "api_key", *_DECODING_OPTIONS)
 
 
 def _check_policy_options(args: argparse.Namespace) -> None:
@@ -829,7 +976,7 @@ def _check_policy_options(args: argparse.Namespace) -> None:
     a run file (written before this was refused, and kept by its run's resume) is said and left."""
     read = _POLICY_OPTIONS.get(args.policy, ())
     for dest in _SAMPLING_OPTIONS:
-        if getattr(args, dest, None) is None or dest in read:
+        if getattr(args, dest, None) in (None, False) or dest in read:
             continue
         option = dest.replace("_", "-")
         users = " or ".join(name for name, options in _POLICY_OPTIONS.items() if dest in options)
@@ -887,9 +1034,18 @@ def _custom_policy(spec: str) -> Policy:
 def _policy_for(args: argparse.Namespace, env: str) -> Policy:
     if ":" in args.policy:
         return _custom_policy(args.policy)
-    from envsdk.policies import RandomPolicy, make_policy
+    from envsdk.policies import RandomPolicy, SamplingError, make_policy
 
     kwargs: dict[str, Any] = {}
+    if args.policy in ("openai", "transformers"):
+        kwargs.update(
+            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, greedy=args.greedy,
+            sampling_args=args.sampling_args, chat_template_kwargs=args.chat_template_kwargs,
+        )
+        if args.policy == "transformers":
+            # In this process a seed costs nothing: the run's --seed seeds the model's sampling too
+            # (a server is sent one only when --sampling-args gives it: it slows vLLM's sampler).
+            kwargs["seed"] = args.seed
     if args.policy == "openai":
         api_base = args.api_base or os.environ.get("OPENAI_BASE_URL")
         if not api_base or not args.model:
@@ -897,8 +1053,6 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
                 "--policy openai needs --api-base URL (an OpenAI-compatible endpoint such as "
                 "`vllm serve`'s http://127.0.0.1:8000/v1, or $OPENAI_BASE_URL) and --model NAME"
             )
-        sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
-        kwargs.update({k: v for k, v in sampling.items() if v is not None})
         return make_policy("openai", env, base_url=api_base, model=args.model, api_key=args.api_key, **kwargs)
     if args.policy == "transformers":
         if not args.model:
@@ -906,6 +1060,8 @@ def _policy_for(args: argparse.Namespace, env: str) -> Policy:
         kwargs["model_path"] = args.model
         try:
             loaded: Policy = make_policy(args.policy, env, **kwargs)
+        except SamplingError:
+            raise  # said before the model loads, in its own words
         except (OSError, ValueError) as exc:
             # transformers' own message runs to many lines (and a traceback through the hub client).
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
@@ -968,8 +1124,24 @@ def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, wher
             f"{said}--formatter renders a server's observations, and {env} is a local Env whose "
             "observations are its own text: drop --formatter (or serve it and pass --base-url)"
         )
+    if getattr(args, "tool_format", None) is not None:
+        _check_tool_server(env, config.get("base_url"), f"{said}--tool-format {args.tool_format}")
     if args.scheduler is None or args.scheduler in ("gym", "openenv", "sudoku", "tools"):
         check_env_config(env, config, on_server=on_server, where=where)
+
+
+def _check_tool_server(env: str, base_url: Any, option: str) -> None:
+    """Refuse `option` (``--tool-format …``) for an env that is not a tool server: a local env,
+    an env started here, or a server whose ``/mcp`` lists no tools. A pool name is left to the
+    run, which refuses it there."""
+    from envsdk.schedulers.tools import serves_tools
+
+    first = base_url if isinstance(base_url, str) else base_url[0] if base_url else None
+    if first is None or (first.startswith(URL_SCHEMES) and not serves_tools(first)):
+        raise UsageError(
+            f"{option}: it plays a tool environment's server (one whose /mcp lists tools), and {env} is not one: "
+            "leave --tool-format out"
+        )
 
 
 def _check_local_config(batch: Batch, where: str) -> None:
@@ -1003,6 +1175,21 @@ def _check_local_config(batch: Batch, where: str) -> None:
         ) from None
 
 
+def _check_cut_options(args: argparse.Namespace) -> None:
+    """Refuse a --cut-penalty that no cut reply would get (the rule is not ``penalty``) or that
+    is not a finite number."""
+    penalty = getattr(args, "cut_penalty", None)
+    if penalty is None:
+        return
+    if args.cut_replies != "penalty":
+        raise UsageError(
+            f"--cut-penalty is what --cut-replies penalty adds; --cut-replies {args.cut_replies} adds nothing: "
+            "leave --cut-penalty out, or give --cut-replies penalty"
+        )
+    if not math.isfinite(penalty):
+        raise UsageError(f"--cut-penalty must be a finite number, got {penalty}")
+
+
 def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     if args.base_url is not None and not args.base_url:  # `base-url = []` in a run file
         raise UsageError("--base-url names no server: give at least one URL, or leave it out")
@@ -1011,9 +1198,12 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     # Here, before --out is held, cut (--overwrite) or its run file written: not where the value
     # is used, once the records of the run it replaces or continues are gone or changed.
     for flag, value in (("--concurrency", args.concurrency), ("--max-turns", args.max_turns),
-                        ("--max-tokens", args.max_tokens)):
+                        ("--max-tokens", args.max_tokens), ("--limit", args.limit)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    if getattr(args, "print_samples", 0) < 0:
+        raise UsageError(f"--print-samples must be >= 0, got {args.print_samples}")
+    _check_cut_options(args)
     _check_policy_options(args)
     if args.formatter is not None:
         from envsdk.formats import formatters
@@ -1028,6 +1218,11 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     def policy(env: str) -> Policy:
         if env not in policies:
             policies[env] = _policy_for(args, env)
+            if getattr(args, "tool_format", None) == "native" and not getattr(policies[env], "supports_tools", False):
+                raise UsageError(
+                    f"--tool-format native needs a policy that calls tools natively (openai, transformers); "
+                    f"--policy {args.policy} does not: use --tool-format text, or leave it out"
+                )
         return policies[env]
 
     default_env = _env_name(args.env) if args.env is not None else None
@@ -1041,6 +1236,8 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             )
         args.episodes = None  # not played, so not written to the run file either
         rows = load_dataset(args.dataset, default_env)
+        if args.limit is not None:
+            rows = rows[: args.limit]
         groups: dict[tuple[str, bool], list[RolloutRequest]] = {}
         for line, row in enumerate(rows, start=1):
             config = row.env_config
@@ -1072,6 +1269,10 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
                 if isinstance(base_url, str) and base_url.startswith(URL_SCHEMES) else ""
             )
         )
+    if args.limit is not None:
+        if getattr(args, _GIVEN.format("episodes"), False) and args.episodes != args.limit:
+            raise UsageError(f"--limit {args.limit} and --episodes {args.episodes} both say how many episodes to play: give one")
+        args.episodes = args.limit
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     check_rollouts(f"--episodes {args.episodes}", args.episodes, getattr(args, "rollouts_per_example", 1))
@@ -1172,6 +1373,65 @@ def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
     )
     if args.policy == "openai":
         check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model, args.api_key)
+
+
+def _print_samples(args: argparse.Namespace) -> None:
+    """``--print-samples N``: the first N episodes of --out, by example, as `envsdk show` prints them."""
+    count = getattr(args, "print_samples", 0)
+    if not count or not args.out:
+        return
+    from envsdk.evaluate import EvalError
+    from envsdk.show import render_records, select_records
+
+    try:
+        records = select_records(args.out, limit=count)
+    except EvalError as exc:
+        print(f"envsdk rollout: warning: cannot print samples: {_one_line(exc)}", file=sys.stderr)
+        return
+    print_out(f"\n{len(records)} episode(s) as the model read them (`envsdk show {args.out}` shows them all):\n")
+    print_out(render_records(records))
+
+
+def _give_sudoku_hints(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
+    """``--sudoku-hints``: the hint level of every Sudoku row that names none; `UsageError` when
+    the run plays no Sudoku (the option would change nothing)."""
+    level = getattr(args, "sudoku_hints", None)
+    if level is None:
+        return
+    sudoku = [batch for batch in batches if batch.env == SUDOKU and args.scheduler in (None, SUDOKU)]
+    if not sudoku:
+        raise UsageError(f"--sudoku-hints {level}: the run plays no Sudoku (--env sudoku): leave it out")
+    for batch in sudoku:
+        for request in batch.requests:
+            request.data_dict.setdefault("env_config", {}).setdefault("hints", level)
+
+
+def _type_random_replies(batches: Sequence[Batch]) -> None:
+    """Give a batch's random replies its action's JSON schema (its server's ``/schema``, or the
+    action type of an `Environment` served here), so that a typed action (an int to guess) gets
+    replies it accepts rather than text it refuses. A server that does not say keeps the text
+    replies."""
+    from envsdk.policies import RandomPolicy
+    from envsdk.schedulers.openenv import server_json
+
+    for batch in batches:
+        policy = batch.policy
+        if type(policy) is not RandomPolicy or policy.action_schema is not None:
+            continue
+        schema: Any = None
+        if batch.env in _SERVED_HERE:
+            from envsdk.env import step_types
+
+            action = step_types(_SERVED_HERE[batch.env])[0]
+            schema = action.model_json_schema() if isinstance(action, type) and hasattr(action, "model_json_schema") else None
+        else:
+            spec = batch.base_url[0] if isinstance(batch.base_url, list) and batch.base_url else batch.base_url
+            if isinstance(spec, str) and spec.startswith(URL_SCHEMES):
+                with contextlib.suppress(OSError, ValueError):
+                    answer = server_json(spec, "/schema")
+                    schema = answer.get("action") if isinstance(answer, dict) else None
+        if isinstance(schema, dict):
+            batch.policy = RandomPolicy(policy.env_name, seed=policy.seed, action_schema=schema)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -1368,6 +1628,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
         if args.external_plugins:
             load_plugins(args.external_plugins)
         batches = _batches_from_args(args)
+        _give_sudoku_hints(args, batches)
         if args.out:
             # From reading what a resumed run has to writing its summary, --out is this run's alone.
             hold.enter_context(hold_records(args.out))
@@ -1398,6 +1659,7 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     except PreflightError as exc:
         print(f"envsdk rollout: error: {exc}", file=sys.stderr)
         return 1
+    _type_random_replies(batches)
     if not plan.replaces:  # else started by the writer, once an episode has ended without an error
         failed = _begin(args, plan.start)
         if failed is not None:
@@ -1428,8 +1690,9 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
             run_batches(
                 batches, concurrency=args.concurrency, max_turns=args.max_turns, out=args.out,
                 record=args.record, progress=not args.no_progress, scheduler=args.scheduler, facts=finished,
-                append=plan.append, formatter=args.formatter, release=bool(args.out),
-                on_replace=plan.start if plan.replaces else None,
+                append=plan.append, formatter=args.formatter, release=bool(args.out), tool_format=args.tool_format,
+                on_replace=plan.start if plan.replaces else None, cut_replies=args.cut_replies,
+                cut_penalty=args.cut_penalty,
             )
         )
     except (EnvNotFoundError, ValueError) as exc:
@@ -1449,13 +1712,15 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
                 # The run file (and an earlier attempt's records) stay: --resume continues the run.
                 print(f"`envsdk rollout --resume --out {args.out}` plays the rest", file=sys.stderr)
         if finished:
-            print_out(summarize(finished, time.perf_counter() - started).render())
+            print_out(_policy_line(args, batches))
+            print_out(summarize(finished, time.perf_counter() - started, args.cut_replies).render())
             if args.out and not kept():
                 rest = "plays the rest" if len(finished) < total else "writes the run's summary files"
                 print_out(f"\ntheir trajectories are in {args.out}; `envsdk rollout --resume --out {args.out}` {rest}")
         flush_out()
         return stop.status
     # From here on a reader that went away (`| head`) leaves the run's end and status as they are.
+    print_out(_policy_line(args, batches))
     print_out(report.summary.render())
     if report.unwritten is not None:
         print(
@@ -1474,11 +1739,14 @@ def _play(args: argparse.Namespace, hold: contextlib.ExitStack, stop: _Stop) -> 
     # has zero variance); it is printed once there are groups or earlier attempts to sum up.
     if groups is not None and (getattr(args, "rollouts_per_example", 1) > 1 or plan.attempt > 1):
         print_out(f"\nrun {plan.run_id}, attempt {plan.attempt} (all attempts' records):\n{groups.render()}")
-    elif groups is not None and groups.sample is not None:
-        # pass@1 equals the success rate above, but only this line says what a sample was.
-        print_out(f"\n{groups.pass_line()}")
+    elif groups is not None and (groups.sample is not None or groups.pass_at_1_stderr is not None):
+        # pass@1 equals the success rate above, but only these lines say what a sample was and
+        # how far the rate may be from the model's.
+        error = groups.stderr_line()
+        print_out(f"\n{groups.pass_line()}" + (f"\n{error}" if error else ""))
     if args.out and not kept():
         print_out(f"\ntrajectories written to {args.out}")
+        _print_samples(args)
     if report.stopped is not None:
         steps = sum(f.steps for f in report.facts)
         print(
@@ -1514,6 +1782,15 @@ def _set_up_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _policy_line(args: argparse.Namespace, batches: Sequence[Batch]) -> str:
+    """The summary's first line: the policy, its model and the decoding settings it applies."""
+    from envsdk.policies.sampling import settings_text
+
+    line = f"{'policy':<16}{args.policy}" + (f", model {args.model}" if args.model else "")
+    settings = getattr(batches[0].policy, "sampling_settings", None) if batches else None
+    return f"{line}: {settings_text(settings)}" if isinstance(settings, dict) else line
 
 
 def _one_line(exc: BaseException) -> str:

@@ -5,7 +5,9 @@ with a real chat template, so anything that loads a checkpoint directory (``Tran
 ``transformers serve``, TRL's ``GRPOTrainer``) runs on it end to end, offline, in about a second.
 Nothing is downloaded: the tokenizer is trained on text generated here.
 
-Needs the ``train`` extra (torch, transformers, tokenizers).
+Needs the ``train`` extra (torch, transformers, tokenizers). From the shell:
+``python -m envsdk.tiny_model DIR`` builds one into DIR, and says in one line what is missing
+(the extra, a DIR that is a file) rather than with a traceback.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ try:
         Qwen2ForCausalLM,
     )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "envsdk.tiny_model needs torch, transformers and tokenizers: "
-        "pip install torch transformers tokenizers (or pip install -e '.[train]' in the envsdk clone)"
-    ) from exc
+    _NEEDS = (
+        "envsdk.tiny_model needs torch, transformers and tokenizers (envsdk's [train] extra): "
+        "pip install -e '.[train]' in the envsdk clone (or pip install torch transformers tokenizers)"
+    )
+    if __name__ == "__main__":  # `python -m envsdk.tiny_model DIR`: one line, no traceback
+        raise SystemExit(f"python -m envsdk.tiny_model: error: {_NEEDS}") from None
+    raise ImportError(_NEEDS) from exc
 
 from envsdk.games.sudoku import render_board
 
@@ -188,3 +193,25 @@ def build_tiny_model(out_dir: str | Path, *, arch: Arch = "qwen2", seed: int = 0
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m envsdk.tiny_model DIR [--arch qwen2|llama] [--seed N]``: build the tiny model
+    into DIR; 0 when built, 2 (one line on stderr) when DIR cannot hold it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m envsdk.tiny_model", description="Build the tiny local model.")
+    parser.add_argument("out_dir", metavar="DIR", help="folder to save the model and its tokenizer into")
+    parser.add_argument("--arch", choices=("qwen2", "llama"), default="qwen2")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        out = build_tiny_model(args.out_dir, arch=args.arch, seed=args.seed)
+    except OSError as exc:
+        parser.exit(2, f"{parser.prog}: error: cannot write {args.out_dir}: {exc.strerror or exc}\n")
+    print(f"tiny model written to {out} (load it with --model {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

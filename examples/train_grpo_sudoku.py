@@ -4,8 +4,7 @@ On a GPU machine, with vLLM generating inside the training process:
 
     python examples/train_grpo_sudoku.py --model Qwen/Qwen3-0.6B --use-vllm --vllm-mode colocate
 
-On CPU with a local tiny model (``python -c "from envsdk.tiny_model import build_tiny_model;
-build_tiny_model('tiny')"``), offline:
+On CPU with a local tiny model (``python -m envsdk.tiny_model tiny``), offline:
 
     HF_HUB_OFFLINE=1 python examples/train_grpo_sudoku.py --model ./tiny --cpu --max-steps 3
 
@@ -24,17 +23,34 @@ also logged as ``rewards/<component>/mean``.
 
 Leaves in ``--output-dir``: ``final/`` (the trained model and its tokenizer, loadable with
 ``--model``) and, with ``rollout_func``, ``completions.jsonl`` (every training episode with the
-step it fed; ``envsdk report`` plots it).
+step it fed; ``envsdk report`` plots it). An ``--output-dir`` that holds an earlier run's
+``final/`` or records is refused, as transformers' example scripts refuse a used output folder:
+``--overwrite-output-dir`` removes them first, so that the model and the records beside it are
+always one run's.
+
+``--sudoku-hints`` says what the messages show beside the board (`envsdk.schedulers.sudoku`):
+``rejected`` (the default: the moves the game rejected), ``none``, or ``all`` (ms-swift's hints,
+moves of the solution among them, which make the reward easier to earn than the game).
+
+Without the ``train`` extra (torch, transformers, trl, datasets) it says so in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import shutil
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from envsdk.schedulers.sudoku import DEFAULT_HINTS, HINT_LEVELS
+
+PROGRAM = "train_grpo_sudoku.py"
 
 SYSTEM_PROMPT = (
     "You are playing Sudoku. Fill the empty cells ('.') so that every row, every column and every 3x3 box "
@@ -64,7 +80,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--env-weight", type=float, default=1.0, help="weight of the environment's reward column")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/grpo-sudoku")
+    parser.add_argument(
+        "--overwrite-output-dir", action="store_true",
+        help="replace an earlier run's final/ and completions in --output-dir (without it they are refused)",
+    )
+    parser.add_argument(
+        "--sudoku-hints", choices=HINT_LEVELS, default=DEFAULT_HINTS,
+        help="what the messages show beside the board: none, rejected (the moves the game rejected), or all "
+        "(also GUARANTEED MOVES: moves of the solution, which make the reward easier to earn than the game)",
+    )
     return parser.parse_args(argv)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """End the program with one line on stderr (2: a usage error, 1: a missing dependency)."""
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def earlier_run(output_dir: Path) -> list[Path]:
+    """What an earlier run left in `output_dir`: its model (``final/``) and its records."""
+    found = [output_dir / "final"] if (output_dir / "final").exists() else []
+    return found + sorted(output_dir.glob("completions*.jsonl"))
+
+
+def check_output_dir(args: argparse.Namespace) -> list[Path]:
+    """What an earlier run left in --output-dir, to remove once training can start; refused
+    (without --overwrite-output-dir): a new ``final/`` beside the old run's records would pass
+    for one run."""
+    output_dir = Path(args.output_dir)
+    previous = earlier_run(output_dir)
+    if previous and not args.overwrite_output_dir:
+        names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in previous)
+        fail(
+            f"--output-dir {output_dir} holds an earlier run ({names}): give another --output-dir, or "
+            "--overwrite-output-dir to replace it"
+        )
+    return previous
+
+
+def remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 @contextlib.contextmanager
@@ -83,20 +143,30 @@ def sudoku_server(args: argparse.Namespace, sessions: int) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train; return a summary (steps, seconds, steps/s, the logged rewards per step)."""
     args = parse_args(argv)
+    earlier = check_output_dir(args)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    try:
+        import torch
+        from datasets import Dataset
+        from transformers import AutoTokenizer
+        from trl import GRPOConfig, GRPOTrainer
 
-    from envsdk.integrations.trl import (
-        SUDOKU_REWARD_COMPONENTS,
-        make_rollout_func,
-        required_env_sessions,
-        reward_component_funcs,
-        sudoku_environment_factory,
-        with_env_reward,
-    )
+        from envsdk.integrations.trl import (
+            SUDOKU_REWARD_COMPONENTS,
+            make_rollout_func,
+            required_env_sessions,
+            reward_component_funcs,
+            sudoku_environment_factory,
+            with_env_reward,
+        )
+    except ImportError as exc:
+        from envsdk.cli import missing_extra
+
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        fail(hint, 1)
+    remove(earlier)  # only now: a run that cannot start leaves the earlier one as it was
     from envsdk.schedulers import SudokuScheduler
 
     if args.cpu:
@@ -142,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sessions = required_env_sessions(config)
     with sudoku_server(args, sessions) as url:
         if use_tools:
-            factory = sudoku_environment_factory(url, max_turns=args.max_turns)
+            factory = sudoku_environment_factory(url, max_turns=args.max_turns, hints=args.sudoku_hints)
             trainer = GRPOTrainer(
                 model=args.model,
                 reward_funcs=reward_funcs,
@@ -154,7 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         else:
             scheduler = SudokuScheduler(
-                base_url=url, max_turns=args.max_turns, system_message=prompt[0]["content"], max_concurrent_envs=64
+                base_url=url, max_turns=args.max_turns, system_message=prompt[0]["content"], max_concurrent_envs=64,
+                hints=args.sudoku_hints,
             )
             trainer = GRPOTrainer(
                 model=args.model,
@@ -185,9 +256,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     print(f"{summary['steps']} steps in {seconds:.1f} s ({summary['steps_per_s']:.3f} steps/s)")
     for i, h in enumerate(history, 1):
-        parts = " ".join(f"{name}={h.get(f'rewards/{name}/mean') or 0.0:+.3f}" for name in SUDOKU_REWARD_COMPONENTS)
-        print(f"step {i}: env_reward={h[env_key]:+.3f} {parts}")
+        # A part TRL logged as None (no episode of the step gave it) is no 0: said as n/a.
+        parts = " ".join(f"{name}={logged(h.get(f'rewards/{name}/mean'))}" for name in SUDOKU_REWARD_COMPONENTS)
+        print(f"step {i}: env_reward={logged(h[env_key])} {parts}")
     return summary
+
+
+def logged(value: Any) -> str:
+    """A logged mean as printed: signed, 3 decimals; ``n/a`` where TRL logged none (None, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{float(value):+.3f}"
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "REWARD_COMPONENTS",
     "REWARD_PARTS",
+    "TIMINGS",
     "Scored",
     "part_names",
     "score",
@@ -53,6 +54,10 @@ __all__ = [
 REWARD_COMPONENTS = "reward_components"
 #: The ``rollout_infos`` key holding an episode's value of each named part.
 REWARD_PARTS = "reward_parts"
+#: The metadata (wire) / info (local `Env`) key holding a step's timings (name → seconds): a
+#: latency is no part of the reward, so it travels here; records add them up per episode
+#: (`envsdk.records`' ``timings``).
+TIMINGS = "timings"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ and only answers calls to its function, while the problem's tests run in a verif
 on the host that the program cannot reach, and only exact builtin values cross between them.
 Reward: 1.0 on the step where the tests first pass (the episode is then done), else 0.0.
 Parts on the wire (``metadata.reward_components``): ``compiles`` (the step's code parses),
-``tests_passed``, ``time_s`` (seconds the step's code and its verification took).
+``tests_passed``; and ``metadata.timings.time_s``, seconds the step's code and its verification
+took (a latency, kept with the record's timings, never a part of the reward).
 
 What a failed verification shows (``metadata.tests.output``): the program's own error (its
 traceback, its own frames only), never the tests; with ``show_failed_test`` (a reset option or
@@ -29,7 +30,7 @@ from typing import Any, ClassVar, TypeVar
 from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
 from envsdk.protocol import ErrorCode, FrameError, shorten_input
-from envsdk.rewards.parts import REWARD_COMPONENTS
+from envsdk.rewards.parts import REWARD_COMPONENTS, TIMINGS
 from envsdk.sandbox import CompletedRun, Sandbox, SandboxError, SandboxPool
 from envsdk.schedulers.coding import render_code_observation
 from envsdk.tools import tool
@@ -269,7 +270,9 @@ class CodingEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
             "timed_out": run.timed_out,
             "truncated": run.truncated,
             "note": run.note,
-            REWARD_COMPONENTS: {"compiles": float(compiles), "tests_passed": float(passed), "time_s": round(seconds, 4)},
+            REWARD_COMPONENTS: {"compiles": float(compiles), "tests_passed": float(passed)},
+            # A latency, not a part of the reward: records keep it with their timings.
+            TIMINGS: {"time_s": round(seconds, 4)},
         }
         return CodeObservation(
             stdout=_text(run.stdout), stderr=_text(run.stderr), exit_code=run.returncode,

@@ -26,7 +26,7 @@ class CodeObservation(Observation):
     ``metadata``: ``task_id``, ``prompt`` and ``entry_point`` of the problem; after a step,
     ``tests`` (``passed``, ``verdict``, ``output``, ``seconds``, ``timed_out``) when the program defines the
     entry point, ``timed_out``, ``truncated``, ``note``, and ``reward_components``
-    (``compiles``, ``tests_passed``, ``time_s``).
+    (``compiles``, ``tests_passed``), ``timings`` (``time_s``: seconds the step took on the server).
     """
 
     stdout: str = ""

@@ -57,7 +57,8 @@ def _check_board(board: list[list[int]]) -> list[list[int]]:
 
 
 class SudokuHintsRequest(BaseModel):
-    """``POST /web/api/sudoku/hints``: the board now and the moves tried so far."""
+    """``POST /web/api/sudoku/hints``: the board now and the moves not to repeat (the page, as the
+    scheduler, sends those the game rejected)."""
 
     board: list[list[int]] = Field(description="9×9, rows top to bottom, 0 = empty")
     tried: list[tuple[int, int, int]] = Field(
@@ -123,6 +124,9 @@ class SudokuRewardReply(BaseModel):
         "total so far (the scheduler's StepRecord.components)"
     )
     tried: list[tuple[int, int, int]] = Field(description="Distinct moves tried, first-tried order")
+    rejected: list[tuple[int, int, int]] = Field(
+        default_factory=list, description="Distinct moves the game rejected, first-rejected order (what the hints list)"
+    )
     model_view: str = Field(description="The next user message the scheduler would send the model")
     note: str | None = Field(default=None, description="Why scoring stopped early, if it did")
 
@@ -149,6 +153,7 @@ def sudoku_reward_reply(request: SudokuRewardRequest) -> SudokuRewardReply:
         components=reward.summary(),
         per_step=per_step,
         tried=list(episode.tried),
+        rejected=list(episode.rejected),
         model_view=SudokuScheduler().format_observation({}, episode),
         note=note,
     )

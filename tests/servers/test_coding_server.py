@@ -94,7 +94,8 @@ def test_generic_client_solves_a_problem_with_reward_parts(base_url: str) -> Non
         solved = env.step({"code": problem.solution})
         assert (solved.reward, solved.done) == (1.0, True)
         parts = solved.observation["metadata"]["reward_components"]
-        assert parts["compiles"] == 1.0 and parts["tests_passed"] == 1.0 and parts["time_s"] > 0
+        assert parts == {"compiles": 1.0, "tests_passed": 1.0}  # a latency is no part of the reward
+        assert solved.observation["metadata"]["timings"]["time_s"] > 0
         assert env.state()["solved"] is True
 
 

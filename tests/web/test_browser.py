@@ -84,7 +84,7 @@ def test_page_plays_a_sudoku_move_and_shows_board_verdict_and_reward(sudoku_url:
     assert _component(browser, "progress") == f"{progress:.3f}"
     assert _component(browser, "correct") == "0"
     assert _component(browser, "total_reward") == f"{2 + progress:.3f}"
-    assert f"MOVES ALREADY TRIED (do not repeat): [{r1 + 1} {c1 + 1} {digit}]" in _text(browser, "hints")
+    assert "MOVES REJECTED" not in _text(browser, "hints")  # an accepted move is on the board, not listed
 
     # A wrong digit: refused, the cell stays empty, the verdict carries the game's reason.
     wrong = next(d for d in range(1, 10) if d != solution[r2][c2])
@@ -94,6 +94,7 @@ def test_page_plays_a_sudoku_move_and_shows_board_verdict_and_reward(sudoku_url:
     wait.until(lambda d: _text(d, "verdict").startswith("invalid") and _idle(d))
     assert _cell(browser, r2 + 1, c2 + 1) == ""
     assert "violates Sudoku rules" in _text(browser, "verdict")
+    wait.until(lambda d: f"MOVES REJECTED (do not repeat): [{r2 + 1} {c2 + 1} {wrong}]" in _text(d, "hints"))
     assert _component(browser, "valid_move") == f"{(1 - 0.5) / 2:.3f}"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#history li")) == 3
 

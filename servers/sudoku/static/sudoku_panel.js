@@ -112,7 +112,7 @@
           initial_filled: state.initialFilled,
           steps: state.steps,
         });
-        const hinted = await postJSON("/web/api/sudoku/hints", { board: obs.board, tried: scored.tried });
+        const hinted = await postJSON("/web/api/sudoku/hints", { board: obs.board, tried: scored.rejected });
         $("model-view").textContent = scored.model_view;
         hints.textContent = hinted.text || "(no hints)";
         guaranteed.replaceChildren(...hinted.guaranteed.map((move) => {
