@@ -66,7 +66,9 @@ from envsdk.hack_probe.runner import HACK_ONLY, add_hack_arguments, run_hack_pro
 from envsdk.protocol import validation_errors, validation_message
 from envsdk.policies.scripted import GENERIC_REPLIES
 from envsdk.registry import envs, import_spec, load_plugins
+from envsdk.schema_values import random_value
 from envsdk.types import Action, Observation, State
+
 
 __all__ = [
     "RULES",
@@ -594,8 +596,11 @@ def _is_openenv_type(cls: type) -> bool:
 
 
 def _sample_action(action_type: type[Action], rng: random.Random, replies: Sequence[str]) -> Action | None:
-    """An action whose required fields are drawn by `rng`; ``None`` when a field has a type the
-    checker cannot invent values for."""
+    """An action whose required fields are drawn by `rng`: text fields from `replies`, others
+    from the field's JSON schema, within its bounds (`envsdk.schema_values`); ``None`` when no
+    value drawn so fits the field (a type the checker cannot invent values for)."""
+    schema = action_type.model_json_schema()
+    properties = schema.get("properties") or {}
     values: dict[str, Any] = {}
     for name, info in action_type.model_fields.items():
         if not info.is_required():
@@ -603,17 +608,16 @@ def _sample_action(action_type: type[Action], rng: random.Random, replies: Seque
         annotation = info.annotation
         if annotation is str:
             values[name] = rng.choice(replies)
-        elif annotation is int:
-            values[name] = rng.randint(0, 9)
-        elif annotation is float:
-            values[name] = rng.random()
-        elif annotation is bool:
-            values[name] = rng.random() < 0.5
         elif typing.get_origin(annotation) is list and typing.get_args(annotation)[:1] in ((dict,), (dict[str, Any],)):
             values[name] = [{"role": "assistant", "content": rng.choice(replies)}]
+        elif (info.alias or name) in properties:
+            values[name] = random_value(rng, properties[info.alias or name], schema)
         else:
             return None
-    return action_type(**values)
+    try:
+        return action_type(**values)
+    except ValidationError:
+        return None
 
 
 def _is_openenv_model(value: Any, field_name: str) -> bool:
