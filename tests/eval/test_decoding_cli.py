@@ -98,7 +98,9 @@ def test_transformers_takes_the_same_flags_and_greedy_repeats_exactly(tmp_path: 
         'policy          transformers, model tiny: temperature=0 (greedy), top_p=1, max_tokens=5, seed=0, '
         'chat_template_kwargs={"enable_thinking": false}'
     )
-    first, second = records(tmp_path / "a.jsonl"), records(tmp_path / "b.jsonl")
+    # Records are written as episodes finish: compared by seed, not by the order they finished in.
+    first, second = (sorted(records(tmp_path / name), key=lambda r: r["seed"]) for name in ("a.jsonl", "b.jsonl"))
+    assert [r["seed"] for r in first] == [0, 1]
     assert [r["messages"] for r in first] == [r["messages"] for r in second]
     for record in first:
         # The random model never ends its turn by itself: each reply is cut at --max-tokens.
