@@ -9,7 +9,6 @@ and this repository.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -60,12 +59,10 @@ FILLED_BODIES = {
 
 
 def readme_snippet() -> str:
-    """The first Python block under "## Serving an environment" in README.md, as printed."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Serving an environment", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "README.md: no python block under 'Serving an environment'"
-    return match.group(1)
+    """The README's env (its block ``my-env``, under "Serve your own environment"), as printed."""
+    from tests.docs.blocks import doc_block
+
+    return doc_block("README.md", "my-env").text
 
 
 def readme_env_source() -> str:

@@ -4,13 +4,13 @@ through the real ``envsdk`` command in a temporary folder."""
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import REPO, Result, assert_one_line_error, envsdk, user_env
+from tests.cli.conftest import Result, assert_one_line_error, envsdk, user_env
+from tests.docs.blocks import doc_block
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -113,10 +113,9 @@ def test_serving_on_a_taken_port_says_so_before_starting(folder: Path) -> None:
 
 
 def test_the_readmes_plugin_example_passes_check_env(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"```python\n(# my_plugin\.py\n.*?)```", readme, re.S)
-    assert match, "README.md: no my_plugin.py example"
-    (tmp_path / "my_plugin.py").write_text(match.group(1), encoding="utf-8")
+    plugin = doc_block("docs/local-env.md", "plugin").text
+    assert plugin.startswith("# my_plugin.py\n")
+    (tmp_path / "my_plugin.py").write_text(plugin, encoding="utf-8")
     checked = envsdk("check-env", "my_env", "--external-plugins", "my_plugin.py", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "step.after_done_refused" in checked.stdout, checked.stdout

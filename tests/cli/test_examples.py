@@ -88,5 +88,5 @@ def test_16_learn_cpu_checks_its_dependencies_before_the_first_step(tmp_path: Pa
     assert "[1/6]" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "matplotlib" in run.stderr and "setup.sh train,report" in run.stderr
     assert time.monotonic() - started < 120
-    readme = (REPO / "README.md").read_text(encoding="utf-8").split("## See it learn", 1)[1].split("\n## ", 1)[0]
-    assert "setup.sh train,report" in readme
+    page = (REPO / "docs" / "training.md").read_text(encoding="utf-8").split("## See it learn", 1)[1].split("\n## ", 1)[0]
+    assert "setup.sh train,report" in page

@@ -14,16 +14,14 @@ import httpx
 import pytest
 
 from tests.cli.conftest import REPO, ServeFn, envsdk
+from tests.docs.blocks import commands, doc_block
 from tests.web.conftest import headless_chromium
 
 
 def _readme_commands() -> list[str]:
-    """The bash block of the README's walk-through (right after the serving snippet)."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("Your own environment, from an empty folder", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert block, "README.md: no walk-through commands"
-    return [line.split("#", 1)[0].strip().rstrip("&").strip() for line in block.group(1).splitlines() if line.strip()]
+    """The commands of the README's walk-through (its block ``walkthrough``), without the
+    ``&`` that puts the server in the background."""
+    return [line.rstrip("&").strip() for line in commands(doc_block("README.md", "walkthrough"))]
 
 
 @pytest.fixture
@@ -97,9 +95,9 @@ def _user_turns(record: dict) -> list[tuple[str, str]]:
     return turns
 
 
-def _readme_lines(prefix: str) -> list[str]:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    return [line.split("#", 1)[0].strip() for line in readme.splitlines() if line.startswith(prefix)]
+def _rollout_lines(prefix: str) -> list[str]:
+    """The commands of docs/rollouts.md's first block that start with `prefix`."""
+    return [line for line in commands(doc_block("docs/rollouts.md", "rollouts")) if line.startswith(prefix)]
 
 
 @pytest.mark.timeout(400)
@@ -138,11 +136,12 @@ def test_what_the_model_reads_in_the_readmes_rollouts_is_the_envs_text(folder: P
         assert "<tools>" in record["messages"][0]["content"] and '"deposit"' in record["messages"][0]["content"]
         for text, reply in turns[1:]:
             assert reply.startswith("<tool_call>"), reply
-            assert re.fullmatch(r"-?\d+|error: .+", text), text  # the tool's value, as text
+            # The tool's value, as text, in the <tool_response> block a Qwen template renders a tool turn in.
+            assert re.fullmatch(r"<tool_response>\n(-?\d+|error: .+)\n</tool_response>", text), text
 
-    # The README's dataset line, from a folder holding the examples.
+    # The documented dataset line, from a folder holding the examples.
     shutil.copytree(REPO / "examples" / "data", folder / "examples" / "data")
-    line = next(l for l in _readme_lines("envsdk rollout --dataset examples/data/frozen_lake"))
+    line = next(l for l in _rollout_lines("envsdk rollout --dataset examples/data/frozen_lake"))
     data = envsdk(*line.split()[1:], "--out", "rows.jsonl", "--no-progress", cwd=folder)
     assert data.returncode == 0, data.stderr
     rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -19,6 +19,7 @@ import pytest
 from fastapi import FastAPI, Request
 
 from tests.cli.conftest import ENVSDK, REPO, ServeFn, assert_one_line_error, envsdk, user_env
+from tests.docs.blocks import commands, doc_block
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,8 +53,7 @@ def test_4_unknown_env_config_keys_are_refused_with_the_accepted_ones(folder: Pa
     placed = envsdk("rollout", "--env", "sudoku", "--episodes", "1", "--env-config",
                     '{"reset_kwargs": {"error_allowance": 99}}', "--no-progress", cwd=folder)
     assert placed.returncode == 1 and "error_allowance" in placed.stderr, placed.stderr
-    rollouts = (REPO / "README.md").read_text(encoding="utf-8").split("## Rollouts", 1)[1].split("\n## ", 1)[0]
-    assert '"reset_kwargs": {' in rollouts
+    assert '"reset_kwargs": {' in (REPO / "docs" / "rollouts.md").read_text(encoding="utf-8")
 
 
 # 5: the README's dataset command -----------------------------------------------------------
@@ -61,9 +61,9 @@ def test_4_unknown_env_config_keys_are_refused_with_the_accepted_ones(folder: Pa
 
 def test_5_the_readme_dataset_commands_run_and_a_remote_scheduler_is_not_sent_local_rows(folder: Path) -> None:
     shutil.copytree(REPO / "examples", folder / "examples")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    line = next(l for l in readme.splitlines() if l.startswith("envsdk rollout --dataset examples/data/frozen_lake"))
-    ran = envsdk(*line.split("#", 1)[0].split()[1:], "--no-progress", cwd=folder)
+    documented = commands(doc_block("docs/rollouts.md", "rollouts"))
+    line = next(l for l in documented if l.startswith("envsdk rollout --dataset examples/data/frozen_lake"))
+    ran = envsdk(*line.split()[1:], "--no-progress", cwd=folder)
     assert ran.returncode == 0, ran.stderr
     records = _records(folder / "completions.jsonl")
     assert len(records) == 128 and not [r for r in records if r["status"] == "error"]
@@ -252,7 +252,7 @@ def test_17_version_help_defaults_and_names_follow_cli_conventions(folder: Path)
     assert "(default: completions.jsonl)" in rollout_help
     scheduler_help = rollout_help.split("--scheduler SCHEDULER ", 2)[-1].split(" --", 1)[0]
     assert "tools" in scheduler_help and "openenv" in scheduler_help
-    assert "remote" in (REPO / "README.md").read_text(encoding="utf-8").split("## Rollouts", 1)[1]
+    assert "remote" in (REPO / "docs" / "rollouts.md").read_text(encoding="utf-8")
 
 
 def test_17_envs_are_named_alike_everywhere(folder: Path) -> None:
@@ -339,8 +339,8 @@ async def test_18_an_env_is_served_through_the_adapter_and_refuses_a_step_after_
     rolled = envsdk("rollout", "--env", "my_env", "--base-url", url, "--episodes", "2", "--no-progress", cwd=tmp_path)
     assert rolled.returncode == 0, rolled.stderr
     assert {r["turns"] for r in _records(tmp_path / "completions.jsonl")} == {2}
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "envsdk serve my_plugin:MyEnv" in readme and "class MyEnv(Env):" in readme
+    assert "envsdk serve my_plugin:MyEnv" in doc_block("docs/local-env.md", "plugin-commands").text
+    assert "class MyEnv(Env):" in doc_block("docs/local-env.md", "plugin").text
 
 
 # 19: plots a reader can read; envsdk on PATH ------------------------------------------------
