@@ -139,7 +139,8 @@ def test_plots_give_the_success_rate_over_the_episodes_that_state_it(tmp_path: P
     assert labels == ["n/a", "0.50"]
     # The bar of a file that states nothing is not drawn as a 0% bar.
     assert [bar.get_height() for bar in rate_ax.patches] == [0.0, 0.5]
-    assert rate_ax.get_title().endswith("stated in 0/2, 2/4")
+    # How many episodes state success, under each file's own bar.
+    assert [t.get_text().split("\n")[1] for t in rate_ax.get_xticklabels()] == ["0/2 stated", "2/4 stated"]
 
 
 def _rewarded(path: Path, rewards: list[float], **extra: object) -> Path:
