@@ -122,6 +122,22 @@ def folder(tmp_path: Path) -> Path:
 ServeFn = Callable[..., str]
 
 
+def await_health(proc: subprocess.Popen[str], url: str, seconds: float = 90) -> str:
+    """`url` once the server `proc` started answers ``/health`` with 200; an AssertionError with
+    its output if it exits first, or when `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"server at {url} did not start")
+
+
 @pytest.fixture
 def serve() -> Iterator[ServeFn]:
     """``serve(target, *flags, cwd=folder)`` starts ``envsdk serve`` (or, with ``module=``,
@@ -138,17 +154,7 @@ def serve() -> Iterator[ServeFn]:
         )
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"server at {url} did not start")
+        return await_health(proc, url)
 
     yield start
     for proc in procs:

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from envsdk.testing import free_port, stop_process
-from tests.cli.conftest import envsdk, user_env
+from tests.cli.conftest import await_health, envsdk, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -143,17 +141,7 @@ def launch(folder: Path) -> Iterator[Launch]:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the server at {url} did not start")
+        return await_health(proc, url)
 
     yield start
     for proc in procs:
