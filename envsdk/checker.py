@@ -512,8 +512,13 @@ async def _check_local_env(
             await _cleanup("close.idempotent", "close", other.close)
         _compare_seeds(trace, other_trace, seed, report)
 
+    await _check_closes(report, env, twin)
+
+
+async def _check_closes(report: CheckReport, *instances: Any) -> None:
+    """``close.idempotent``: each of `instances` closes, then closes again without raising."""
     with _judged(report):
-        for instance in (env, twin):
+        for instance in instances:
             await _call("close.idempotent", "close", instance.close)
             await _call("close.idempotent", "the second close", instance.close)
         report.passed.append("close.idempotent")
@@ -960,11 +965,7 @@ async def _check_server_environment(
             await _cleanup("close.idempotent", "close", other.close)
         _compare_seeds(trace, other_trace, seed, report)
 
-    with _judged(report):
-        for instance in (env, twin):
-            await _call("close.idempotent", "close", instance.close)
-            await _call("close.idempotent", "the second close", instance.close)
-        report.passed.append("close.idempotent")
+    await _check_closes(report, env, twin)
     _held(report, "no_global_random")  # reset's and every step's
 
 

@@ -314,7 +314,7 @@ def example_of(record: Mapping[str, Any]) -> tuple[str, int]:
     return str(record.get("uuid")), 0
 
 
-def _natural_key(name: str) -> list[tuple[int, int, str]]:
+def natural_key(name: str) -> list[tuple[int, int, str]]:
     """Sort key of a name whose runs of digits compare as numbers: ``seed-2`` before ``seed-10``."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
 
@@ -347,7 +347,7 @@ def summarize_groups(records: Iterable[Mapping[str, Any]], planned: PlannedRun |
     # binomials of n, and n may be in the tens of thousands.
     ks = _ks(max(map(len, grouped.values())))
     # Examples in natural order (seed-2 before seed-10), not in the order their episodes ended.
-    for example, members in sorted(grouped.items(), key=lambda item: _natural_key(item[0])):
+    for example, members in sorted(grouped.items(), key=lambda item: natural_key(item[0])):
         members.sort()
         rewards = [r for _, r, _ in members]
         n, correct = len(members), sum(s for _, _, s in members)
@@ -929,7 +929,7 @@ def plan_run(args: argparse.Namespace, batches: Sequence[_Batch], sample: str | 
                 expanded.append(RolloutRequest(messages=copy.deepcopy(request.messages), data_dict=data, uuid=uuid))
         batch.requests[:] = expanded
         to_play += len(expanded)
-    unplanned = sorted({example for example, _ in done} - examples_planned, key=_natural_key)
+    unplanned = sorted({example for example, _ in done} - examples_planned, key=natural_key)
     if unplanned:
         raise EvalError(
             f"--resume: {out} holds records of example(s) this run does not plan ({', '.join(unplanned[:3])}"

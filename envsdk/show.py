@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from envsdk._process import print_err, print_out
-from envsdk.evaluate import _natural_key as natural_key
+from envsdk.evaluate import natural_key
 from envsdk.records import number_text
+from envsdk.server.config import positive_int
 
 __all__ = ["add_show_parser", "render_records", "select_records", "show_command", "transcript"]
 
@@ -164,16 +165,6 @@ def render_records(records: Iterable[Mapping[str, Any]], *, max_chars: int | Non
     return "\n\n".join(transcript(record, max_chars=max_chars) for record in records)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def add_show_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``show`` command to an argparse subparsers object (``func``: `show_command`)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -184,7 +175,7 @@ def add_show_parser(subparsers: Any) -> argparse.ArgumentParser:
         "success, reward and turns. Episodes are shown by example in natural order (seed-2 before seed-10).",
     )
     parser.add_argument("completions", help="JSON-lines file of trajectories (envsdk rollout --out)")
-    parser.add_argument("-n", "--limit", type=_count, default=None, metavar="N", help="show the first N episodes only")
+    parser.add_argument("-n", "--limit", type=positive_int, default=None, metavar="N", help="show the first N episodes only")
     parser.add_argument(
         "--example", action="append", default=[], metavar="ID",
         help="only this example's episodes (seed-3, a dataset row's uuid, HumanEval/7); may be given again",
@@ -194,7 +185,7 @@ def add_show_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="only episodes that ended so (done, max_turns, length, error, cancelled); may be given again",
     )
     parser.add_argument(
-        "--max-chars", type=_count, default=None, metavar="N", help="cut each message's text after N characters"
+        "--max-chars", type=positive_int, default=None, metavar="N", help="cut each message's text after N characters"
     )
     parser.set_defaults(func=show_command)
     return parser
