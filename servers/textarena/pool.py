@@ -346,11 +346,13 @@ class WorkerPool:
                 _fail(task, GamePoolBusy("the game pool was shut down", retry_after_s=1.0))
         for worker in workers:
             worker.process.kill()
+        # The dispatcher stops before the connections it waits on are closed.
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout=5)
         for worker in workers:
             worker.process.join(timeout=5)
             worker.conn.close()
         if self._dispatcher is not None:
-            self._dispatcher.join(timeout=5)
             os.close(self._wake_r)
             os.close(self._wake_w)
 
@@ -467,8 +469,11 @@ class WorkerPool:
                     del self._cache[task.key]
 
     def _replace_locked(self, worker: _Worker) -> None:
-        if worker in self._pool:
-            self._pool.remove(worker)
+        if worker not in self._pool:
+            # Shutdown took it (or it was replaced already): its process and connection are
+            # the taker's to close, never two threads closing one descriptor.
+            return
+        self._pool.remove(worker)
         worker.task = None
         worker.kill()
         self._start_locked()
