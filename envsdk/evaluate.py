@@ -43,12 +43,15 @@ from typing import IO, Any, NamedTuple, Protocol
 from envsdk._process import print_err, print_out, sigterm_interrupts
 from envsdk.env import RolloutRequest
 from envsdk.records import (
+    EVAL_KEY,
+    FORMAT_PENALTY_INFO,
     LockFileError,
     RecordError,
     RecordsBusy,
     RecordsWritten,
     check_record,
     ends_unfinished,
+    finite_number,
     hold_records,
     jsonl_lines,
     mean_and_std,
@@ -95,12 +98,11 @@ __all__ = [
     "finish_run",
     "summary_path",
     "rescore_records",
+    "format_penalty_of",
     "add_rescore_parser",
     "rescore_command",
 ]
 
-#: The key of a record (and of a request's ``data_dict``) naming its example, rollout index, run and attempt.
-EVAL_KEY = "eval"
 # Options a resumed run may change: how it runs, not what it plays (``out`` may be spelled another
 # way from another folder: it names the file being resumed).
 _CHANGEABLE_ON_RESUME = frozenset({
@@ -477,7 +479,11 @@ def read_records(path: str | Path, *, stop: int | None = None) -> list[tuple[str
 def iter_records(path: str | Path, *, stop: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """`read_records` one record at a time, for a reader that keeps less than every record: a
     run's file holds tens of KB per episode (much more with a model's text and token ids)."""
-    for where, line, value in read_jsonl_lines(path, EvalError, "; `envsdk rollout --resume` repairs a run's torn last line, nothing else", stop=stop):
+    lines = read_jsonl_lines(
+        path, EvalError, "; `envsdk rollout --resume` repairs a run's torn last line, nothing else", stop=stop,
+        first_hint="; not a file of records (`envsdk rollout --out` writes one JSON object a line)",
+    )
+    for where, line, value in lines:
         try:
             yield line, check_record(value, where)
         except RecordError as exc:
@@ -1036,25 +1042,46 @@ def _as_float(value: float) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def format_penalty_of(record: Mapping[str, Any]) -> float:
+    """The format penalty `record`'s reward holds: its ``format_penalty`` reward component where
+    it has one, else ``infos["format_penalty"]`` (a reply cut under ``--cut-replies penalty``,
+    Sudoku's reply with no move); 0.0 for none."""
+    parts = record.get("reward_components")
+    part = parts.get(FORMAT_PENALTY_INFO) if isinstance(parts, dict) else None
+    if isinstance(part, dict):
+        value = part.get("value")
+    else:
+        infos = record.get("infos")
+        value = infos.get(FORMAT_PENALTY_INFO) if isinstance(infos, dict) else None
+    return finite_number(value) or 0.0
+
+
 def weighted_score(weights: Mapping[str, float]) -> Score:
     """A score: the weighted sum of a record's reward components (a component the record does not
-    have counts 0). It is a reward only: each record's success stays what the record stated."""
+    have counts 0), plus its format penalty (`format_penalty_of`) at the weight ``format_penalty``
+    is given, 1 when it is not named: the penalty is part of the reward, and a weighing that left
+    it out would rank a reply cut by the length limit above a move the game rejected. It is a
+    reward only: each record's success stays what the record stated."""
+    penalty_weight = weights.get(FORMAT_PENALTY_INFO, 1.0)
 
     def score(record: dict[str, Any]) -> float:
         parts = record.get("reward_components") or {}
         total = 0.0
         for name, weight in weights.items():
+            if name == FORMAT_PENALTY_INFO:
+                continue
             value = parts.get(name, {}).get("value") if isinstance(parts.get(name), dict) else None
             total += weight * (_as_float(value) if isinstance(value, (int, float)) else 0.0)
-        return total
+        return total + penalty_weight * format_penalty_of(record)
 
     return score
 
 
 def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[str, Any]], source: Path) -> None:
-    """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere;
-    one that names a timing the records keep (a latency, such as the coding server's ``time_s``:
-    no part of a reward); and for a file of no records, which has nothing to re-score."""
+    """Raise `EvalError` for a weight whose component no record has: it would count 0 everywhere
+    (``format_penalty`` excepted: a record without one has none to weigh); one that names a timing
+    the records keep (a latency, such as the coding server's ``time_s``: no part of a reward); and
+    for a file of no records, which has nothing to re-score."""
     names: set[str] = set()
     timings: set[str] = set()
     count = 0
@@ -1067,7 +1094,7 @@ def _check_weight_names(weights: Mapping[str, float], records: Iterable[Mapping[
     if not count:
         raise EvalError(f"{source}: no records to re-score")
     present = sorted(names)
-    missing = [name for name in weights if name not in present]
+    missing = [name for name in weights if name not in present and name != FORMAT_PENALTY_INFO]
     latencies = [name for name in missing if name in timings]
     if latencies:
         raise EvalError(
@@ -1188,8 +1215,9 @@ def add_rescore_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     how.add_argument(
         "--weights", type=_parse_weights, metavar="NAME=W,...",
-        help="total reward = sum of weight x the record's reward component value, e.g. correct=1,progress=0.2; "
-        "a name that no record has is refused",
+        help="total reward = sum of weight x the record's reward component value, e.g. correct=1,progress=0.2, "
+        "plus the record's format penalty (a cut reply's, Sudoku's reply with no move) at weight 1 unless "
+        "format_penalty=W weighs it; a name that no record has is refused",
     )
     parser.add_argument("--out", default=None, help="where to write the re-scored records (default: <stem>.rescored.jsonl)")
     parser.add_argument(
@@ -1234,11 +1262,14 @@ def rescore_command(args: argparse.Namespace) -> int:
         print_err(f"envsdk rescore: error: {exc}")
         return 2
     facts: list[dict[str, Any]] = []
+    penalised = 0
 
     def rescored() -> Iterator[str]:
+        nonlocal penalised
         for _, record in iter_records(source, stop=size):
             new = rescore_record(record, score)
             facts.append(summary_facts(new))
+            penalised += format_penalty_of(record) != 0.0
             yield record_line(new)
 
     try:
@@ -1263,5 +1294,25 @@ def rescore_command(args: argparse.Namespace) -> int:
         print_err(f"envsdk rescore: error: cannot write --out {target} there: {exc.strerror}{where}")
         return 2
     print_out(summarize_groups(facts).render())
+    said = _penalty_line(args.weights, penalised, len(facts))
+    if said:
+        print_out(said)
     print_out(f"\nre-scored records written to {target}")
     return 0
+
+
+def _penalty_line(weights: Mapping[str, float] | None, penalised: int, records: int) -> str | None:
+    """What a re-scoring did with the format penalty of the `penalised` records (of `records`)
+    whose reward holds one; None where none does and --weights does not name it."""
+    named = weights is not None and FORMAT_PENALTY_INFO in weights
+    if not penalised and not named:
+        return None
+    carry = f"{penalised} of {records} records carry one (a reply cut by the length limit, or one with no move)"
+    if weights is None:
+        how = (f"{carry}, in infos.{FORMAT_PENALTY_INFO}; --score's reward is what the function returns, "
+               "with the penalty only if it adds it")
+    elif named:
+        how = f"weight {weights[FORMAT_PENALTY_INFO]:g} (--weights): {carry}"
+    else:
+        how = f"kept at weight 1: {carry}; --weights {FORMAT_PENALTY_INFO}=W weighs it (0 drops it)"
+    return f"{FORMAT_PENALTY_INFO:<16}{how}"

@@ -44,9 +44,13 @@ Every field has one shape, and nothing is written twice:
                        never read, so no message holds it; null when the environment did not
                        end it (``max_turns``, ``length``, ``error``: the last observation the
                        model read is in ``messages``)
-``eval``               only in runs of ``envsdk rollout`` (`envsdk.evaluate`): ``example`` (the
+``eval``               in runs of ``envsdk rollout`` (`envsdk.evaluate`): ``example`` (the
                        seed or dataset row), ``index`` (which of its ``--rollouts-per-example``),
-                       ``run`` (the run's id) and ``attempt`` (1, then 2… for each ``--resume``)
+                       ``run`` (the run's id) and ``attempt`` (1, then 2… for each ``--resume``);
+                       in a training run's records (`envsdk.integrations.trl.make_rollout_func`'s
+                       ``completions``): ``example`` is the GRPO group (``group-N``: the N-th
+                       group of prompts the trainer sent, whose rollouts share one
+                       ``env_config``) and ``index`` the generation within it
 ``tokens``             only with ``envsdk rollout --tokens`` and a policy that gives them: per
                        assistant turn its prompt (or the environment's added) token ids, its
                        completion ids and logprobs (`envsdk.tokens`)
@@ -87,13 +91,20 @@ from envsdk.rewards.parts import REWARD_PARTS, TIMINGS, all_finite_floats
 from envsdk.tokens import TOKENS
 
 __all__ = [
-    "SCHEMA", "RecordForm", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components", "record_bytes",
+    "SCHEMA", "RecordForm", "EVAL_KEY", "FORMAT_PENALTY_INFO", "Status", "StepRecord", "Trajectory", "trajectory_record", "episode_components", "record_bytes",
     "RecordError", "check_record", "finite_number", "quantile", "mean_and_std", "number_text", "stated_success", "done_reason", "success_text", "SUMMARY_FIELDS", "summary_facts", "RecordsWritten",
     "RecordsBusy", "LockFileError", "hold_records", "rehold", "lock_path", "part_basis", "basis_labels",
 ]
 
 SCHEMA = "envsdk.completions/1"
 RecordForm = Literal["lean", "full"]
+#: The key of a record (and of a request's ``data_dict``) naming its group: ``example`` and rollout
+#: ``index`` (and, in a run of ``envsdk rollout``, its ``run`` and ``attempt``).
+EVAL_KEY = "eval"
+#: The ``infos`` key of the format penalty an episode's reward holds (a reply cut by the length
+#: limit under ``--cut-replies penalty``, Sudoku's reply with no move): part of ``total_reward``,
+#: not of ``reward_components``.
+FORMAT_PENALTY_INFO = "format_penalty"
 
 Status = Literal["running", "done", "max_turns", "length", "error", "cancelled"]
 
@@ -393,9 +404,9 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         "timings": _with_reported(trajectory.timings, trajectory.steps),
         "final_observation": _final_observation(trajectory),
     }
-    tag = trajectory.request.data_dict.get("eval")
+    tag = trajectory.request.data_dict.get(EVAL_KEY)
     if isinstance(tag, dict):
-        record["eval"] = tag
+        record[EVAL_KEY] = tag
     if TOKENS in trajectory.rollout_infos:
         record[TOKENS] = trajectory.rollout_infos[TOKENS]
     if form == "full":
@@ -447,7 +458,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
 
 
 #: The fields of a record that a run's summary reads (`envsdk.evaluate.summarize_groups`).
-SUMMARY_FIELDS = ("uuid", "eval", "total_reward", "success")
+SUMMARY_FIELDS = ("uuid", EVAL_KEY, "total_reward", "success")
 
 
 def summary_facts(record: dict[str, Any]) -> dict[str, Any]:
@@ -517,11 +528,12 @@ def read_jsonl(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, 
 
 
 def read_jsonl_lines(
-    path: str | Path, error: type[Exception], hint: str = "", *, stop: int | None = None
+    path: str | Path, error: type[Exception], hint: str = "", *, stop: int | None = None, first_hint: str | None = None
 ) -> Iterator[tuple[str, str, Any]]:
     """`read_jsonl` that also gives each line as read (ending in a newline), for a caller that
-    writes lines back unchanged; `hint` is added to the error for a line that is not JSON.
-    With `stop`, only the file's first `stop` bytes are read."""
+    writes lines back unchanged; `hint` is added to the error for a line that is not JSON, or
+    `first_hint` when given and that line is the first and not cut off (the file is something
+    else). With `stop`, only the file's first `stop` bytes are read."""
     source = Path(path)
     if not source.is_file():
         raise error(f"{source}: {'not a file' if source.exists() else 'no such file'}")
@@ -532,9 +544,11 @@ def read_jsonl_lines(
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             what = f"not JSON ({exc.msg}: column {exc.colno})"
+            said = first_hint if number == 1 and first_hint is not None else hint
             if next(lines, None) is None and ends_unfinished(source, stop):
                 what = f"the last line is cut off mid-record, {what}: what wrote it was stopped, or still writes"
-            raise error(f"{where}: {what}{hint}") from None
+                said = hint
+            raise error(f"{where}: {what}{said}") from None
         except ValueError as exc:  # a number of more digits than Python converts
             raise error(f"{where}: not a record this envsdk reads ({' '.join(str(exc).split())[:200]})") from None
         except RecursionError:  # arrays or objects nested deeper than the parser goes

@@ -17,11 +17,11 @@ import argparse
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from envsdk._process import print_err, print_out
 from envsdk.evaluate import natural_key
-from envsdk.records import number_text
+from envsdk.records import Status, number_text
 from envsdk.server.config import positive_int
 
 __all__ = ["add_show_parser", "render_records", "select_records", "show_command", "transcript"]
@@ -182,6 +182,7 @@ def add_show_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--status", action="append", default=[], metavar="STATUS",
+        choices=[status for status in get_args(Status) if status != "running"],  # how a recorded episode ended
         help="only episodes that ended so (done, max_turns, length, error, cancelled); may be given again",
     )
     parser.add_argument(

@@ -3,8 +3,8 @@
 Pure Python, no model needed to play it. Serve it (``python examples/ledger_tools.py --port
 8000``) and any MCP client sees three tools, ``deposit``, ``withdraw`` and ``balance``; OpenEnv's
 ``MCPToolClient`` works unchanged, and TRL trains on it through
-`envsdk.integrations.trl.tool_environment_factory`. The episode's reward is in the state
-(``reward``: 1.0 once the balance equals the target, else 0.0).
+`envsdk.integrations.trl.tool_environment_factory`. The episode's reward and success are in the
+state (``reward``: 1.0 once the balance equals the target, else 0.0; ``success``: whether it does).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class LedgerState(State):
     balance: int = 0
     target: int = 0
     reward: float = Field(default=0.0, description="1.0 once the balance equals the target")
+    success: bool = Field(default=False, description="whether the balance equals the target")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -55,7 +56,8 @@ class LedgerEnvironment(Environment[LedgerAction, LedgerObservation, LedgerState
         rng = random.Random(seed)
         start, target = rng.randint(0, 20) * 5, rng.randint(0, 20) * 5
         self._state = LedgerState(
-            episode_id=episode_id or uuid.uuid4().hex, balance=start, target=target, reward=float(start == target)
+            episode_id=episode_id or uuid.uuid4().hex, balance=start, target=target, reward=float(start == target),
+            success=start == target,
         )
         prompt = (
             f"The ledger holds {start}. Bring it to exactly {target} with the deposit and withdraw tools."
@@ -112,7 +114,8 @@ class LedgerEnvironment(Environment[LedgerAction, LedgerObservation, LedgerState
             raise ValueError(f"cannot withdraw {amount}: the balance is {state.balance}")
         state.step_count += 1
         state.balance += sign * amount
-        state.reward = float(state.balance == state.target)
+        state.success = state.balance == state.target
+        state.reward = float(state.success)
         return state.balance
 
     def _observe(self) -> LedgerObservation:

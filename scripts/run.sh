@@ -8,8 +8,12 @@ cd "$(dirname "$0")/.."
 stamp=.venv/.envsdk-run-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -x .venv/bin/envsdk ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  # setuptools' editable-install notice is advice for package authors, not for this run.
-  PYTHONWARNINGS="ignore:Editable installation" bash scripts/setup.sh ""
+  bash scripts/setup.sh ""
   echo "$want" > "$stamp"
 fi
-exec .venv/bin/envsdk rollout --env sudoku --policy oracle --episodes 64 --concurrency 16 --out runs/completions.jsonl --overwrite "$@"
+# Each run replaces the last one's records, unless it is asked to continue it: `--resume`.
+fresh=--overwrite
+for arg in "$@"; do
+  if [ "$arg" = --resume ]; then fresh=; fi
+done
+exec .venv/bin/envsdk rollout --env sudoku --policy oracle --episodes 64 --concurrency 16 --out runs/completions.jsonl $fresh "$@"

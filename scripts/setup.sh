@@ -23,6 +23,8 @@ case ",$extras," in
     fi
     ;;
 esac
+# setuptools' editable-install notice is advice for package authors, not for a user installing.
+export PYTHONWARNINGS="ignore:Editable installation${PYTHONWARNINGS:+,$PYTHONWARNINGS}"
 if [ -n "$extras" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
 else

