@@ -29,6 +29,12 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-
   apt_install bubblewrap \
     || echo "warning: could not install bubblewrap (see apt-get's message); namespace sandbox tests will skip" >&2
 fi
+# The container provider and the Harbor server: podman, runc and the two base images built from
+# Debian's packages (once; later runs only check).
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  bash scripts/setup_containers.sh \
+    || echo "warning: scripts/setup_containers.sh failed (see its message); container tests will skip" >&2
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 main_rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || main_rc=$?

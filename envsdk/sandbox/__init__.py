@@ -55,30 +55,48 @@ from envsdk.sandbox.base import (
     user_processes,
 )
 from envsdk.sandbox.bubblewrap import BubblewrapProvider, bwrap_path
+from envsdk.sandbox.container import (
+    ContainerEngine,
+    ContainerError,
+    ContainerLimits,
+    ContainerProvider,
+    ContainerSandbox,
+    ContainerStartError,
+    ImageBuildError,
+    ImageUnavailableError,
+)
 from envsdk.sandbox.pool import SandboxPool
 from envsdk.sandbox.process import ProcessProvider
 
 __all__ = [
+    "BubblewrapProvider",
     "CompletedRun",
+    "ContainerEngine",
+    "ContainerError",
+    "ContainerLimits",
+    "ContainerProvider",
+    "ContainerSandbox",
+    "ContainerStartError",
+    "ImageBuildError",
+    "ImageUnavailableError",
+    "ProcessProvider",
     "Sandbox",
     "SandboxClosed",
     "SandboxDied",
     "SandboxError",
     "SandboxLimits",
     "SandboxPathError",
+    "SandboxPool",
     "SandboxProvider",
     "SandboxStartError",
     "SandboxTimeout",
     "SpawnedProcess",
+    "bwrap_path",
     "kill_tree",
     "kill_user",
+    "make_provider",
     "process_tree",
     "user_processes",
-    "BubblewrapProvider",
-    "bwrap_path",
-    "ProcessProvider",
-    "SandboxPool",
-    "make_provider",
 ]
 
 

@@ -1,0 +1,1211 @@
+"""`ContainerProvider`: sandboxes that are OCI containers, through podman (or a Docker daemon).
+
+A task brings its machine as a Dockerfile; the provider builds it into an image
+(`ContainerProvider.build_image`: cached by the content of the build context, under a build
+deadline, offline: base images named by ``FROM`` come from `envsdk.sandbox.images`), starts
+containers of it (`ContainerProvider.start`) and drives each through a `ContainerSandbox`:
+``bash``/``run`` with a deadline and output caps, files in and out, every process stopped
+(``stop_processes``) and the container removed (``close``).
+
+Each container gets, from `ContainerLimits`: ``--cpus``; ``--memory`` (and ``--memory-swap``,
+the same: swap adds nothing) of ``memory_mb + storage_mb`` plus its exec tmpfs (below);
+``--pids-limit`` of ``pids`` plus the few processes the provider runs in it; ``--network none``
+unless ``network``; ``--security-opt no-new-privileges``; labels that name its owner (this
+process's pid and start time) so a later provider removes the containers of a server that was
+killed (`ContainerProvider.remove_orphans`, run by each provider's first start). Its first
+process is a bash that reaps what commands leave behind (`FIRST_PROCESS`), so the image needs
+bash and coreutils.
+
+Disk. No kernel quota is available for podman's store on these machines, so podman's store
+lives on a tmpfs the engine mounts (as root): a container's files are then RAM, charged to its
+memory cgroup, and ``memory_mb + storage_mb`` bounds its processes and its files together. Past
+it the kernel's OOM killer ends a process of the container, a command's first (commands raise
+their OOM score; the kept shell and the first process do not); the files stay, so until some
+are removed each new process may be killed too, but the host and other containers are not
+touched. Where the store is not a tmpfs (a Docker daemon, podman without root) a storage limit
+cannot be held and `ContainerProvider.start` refuses unless ``allow_unbounded_disk=True``.
+
+Commands. ``podman exec`` costs 0.1-0.15 s a call (its command-line client starts each time),
+so each container keeps one bash running (started once by ``exec -i``, stdin and stdout
+attached: `KEPT_SHELL`); a command is one line to it, answered with its exit status and output.
+Each command runs in a subshell of it, as with ``bash -c`` (no state is kept between commands
+but files), in a process group of its own: at the deadline the kept shell's watchdog kills the
+group (the command and what it started in the background), again until none is left. What a command leaves running
+past its end, within its deadline, keeps running (a service the agent started), as in a
+terminal; what it writes later is dropped; `ContainerSandbox.stop_processes` ends it. stdout
+and stderr go to files on a small tmpfs of the container (``/run/envsdk``), kept apart; at most
+``output_bytes`` of each is returned and the byte counts are exact; together they may fill that
+tmpfs (`EXEC_TMPFS_FACTOR` times ``output_bytes``), past which the command's writes fail (its
+``note`` says so). A kept shell that dies (killed from inside, out of memory) or does not answer
+by the deadline plus `REPLY_GRACE_S` is replaced, and the `CompletedRun` of that call says so.
+
+Isolation is the engine's: namespaces (the container sees its own processes, files and
+network), its default capabilities and seccomp filter, no new privileges. podman runs as root
+here without a user namespace, so root inside is root on the host for whatever crosses those
+walls (a kernel flaw); keep secrets off machines that run untrusted tasks.
+
+Environment variables: ``ENVSDK_CONTAINER_ENGINE`` (``auto``, ``podman``, ``docker``: what
+`ContainerEngine.detect` picks by default), ``ENVSDK_PODMAN_ROOT`` (podman's folder: its store
+in ``storage/``, its ``containers.conf``; default ``/var/lib/envsdk/podman``),
+``ENVSDK_CONTAINER_STORE_MB`` (the size of the store's tmpfs, default 8192).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import itertools
+import json
+import os
+import re
+import secrets
+import selectors
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from envsdk.sandbox._reap import kill_until_gone
+from envsdk.sandbox.base import (
+    CompletedRun,
+    SandboxClosed,
+    SandboxDied,
+    SandboxError,
+    SandboxPathError,
+    SandboxStartError,
+)
+from envsdk.sandbox.cgroups import _start_time
+
+__all__ = [
+    "ContainerEngine",
+    "ContainerError",
+    "ContainerLimits",
+    "ContainerProvider",
+    "ContainerSandbox",
+    "ContainerStartError",
+    "ImageBuildError",
+    "ImageUnavailableError",
+]
+
+#: podman's folder when the server runs as root: its store (a tmpfs) and its containers.conf.
+DEFAULT_PODMAN_ROOT = Path("/var/lib/envsdk/podman")
+DEFAULT_PODMAN_RUNROOT = Path("/run/envsdk/podman")
+DEFAULT_STORE_MB = 8192
+#: podman's settings for these machines: the default ulimits raise RLIMIT_NOFILE, which is
+#: refused here; crun refuses cgroup v1's hybrid layout, runc does not.
+CONTAINERS_CONF = (
+    '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+    'events_logger = "file"\n'
+)
+#: Labels of every container a provider starts (the owner: ``<pid>:<start time>``).
+LABEL = "envsdk.sandbox"
+OWNER_LABEL = "envsdk.owner"
+HOST_LABEL = "envsdk.host"
+#: Where, inside each container, a command's stdout, stderr and stdin are kept (a tmpfs).
+EXEC_DIR = "/run/envsdk"
+#: The exec tmpfs holds this many times ``output_bytes``: both streams of a command up to 16
+#: times the cap each, and its stdin (at most 16 times the cap).
+EXEC_TMPFS_FACTOR = 48
+#: Processes the provider runs in each container beside the limit's ``pids``: the first
+#: process and its sleep, the kept shell, its watchdog, one helper (stat, head).
+OWN_PIDS = 5
+#: How long past a command's deadline the host waits for the kept shell's answer before it
+#: replaces the shell.
+REPLY_GRACE_S = 5.0
+#: How long a kept shell told to end (its input closed) may take before its client is killed.
+SHELL_EXIT_S = 2.0
+#: How long a build past its deadline may take to give up once its steps are killed.
+BUILD_STOP_S = 10.0
+#: How long the engine's own housekeeping calls (inspect, rm, restart, cp) may take.
+ENGINE_CALL_S = 60.0
+
+#: The container's first process: bash, because as PID 1 it reaps the processes that commands
+#: leave behind when they end (a ``sleep`` would keep them as zombies, which count against the
+#: process limit), waiting on a ``sleep`` so it does nothing else.
+FIRST_PROCESS = "while :; do sleep 86400 & wait; done"
+#: What the kept shell (bash, reading its commands from the host on stdin) runs first, sourced
+#: from a file named ``bash`` whose first line runs each command: bash's own messages about a
+#: command then read ``bash: line N: ...`` with N its line, as under ``bash -c``. Job
+#: control (``set -m``) puts each command in a process group of its own; a watchdog (a
+#: coprocess, also bash) kills a command's group at its deadline, again with builtins until no
+#: member is left (a fork bomb races the first kill), so a command costs one fork and no exec.
+#: ``__envsdk_run TOKEN DEADLINE CAP INPUT_LEN SCRIPT`` (then INPUT_LEN bytes of stdin): runs
+#: SCRIPT in a subshell (as ``bash -c`` would: its own variables and exit; the kept shell's
+#: own variables unset), its stdin the given bytes (else /dev/null), stdout and stderr into
+#: files; answers ``TOKEN STATUS OUT ERR``, then the first CAP bytes of each stream, then
+#: ``TOKEN``. Commands raise their own OOM score, so that out of memory the kernel ends them
+#: before the kept shell, its watchdog or the first process.
+#: ``__envsdk_put TOKEN LEN PATH`` (then LEN bytes): writes the bytes to PATH (its folder made
+#: when missing); the bytes are read whole even when PATH cannot be written (the second
+#: ``cat`` drains them), so they never reach the shell as commands; answers ``TOKEN STATUS
+#: LEN`` and that many bytes of the error, then ``TOKEN``. A command's files are emptied once
+#: read (a job it left in the background may still write to them: only what it writes after
+#: counts) and removed every 64 commands (bash has no builtin to remove a file).
+KEPT_SHELL = r"""__envsdk_eval() { eval "$__envsdk_script"; }
+set -m
+__envsdk_watch() {
+  local cmd g t
+  while read -r cmd g t; do
+    if ! read -r -t "$t" cmd; then
+      kill -KILL -- "-$g" 2> /dev/null
+      for _ in {1..1000}; do kill -STOP -- "-$g" 2> /dev/null && kill -KILL -- "-$g" 2> /dev/null || break; done
+      read -r cmd
+    fi
+  done
+}
+coproc __envsdk_dog { __envsdk_watch; }
+__envsdk_n=0
+__envsdk_run() {
+  local tok=$1 t=$2 cap=$3 d=/run/envsdk n=$((__envsdk_n += 1)) i=/dev/null g rc so=0 se=0
+  local o=$d/o.$n e=$d/e.$n
+  if [ $((n % 64)) = 0 ]; then rm -f -- "$d"/[oei].*; fi
+  if [ "$4" -gt 0 ]; then i=$d/i.$n; head -c "$4" > "$i"; fi
+  __envsdk_script=$5
+  (
+    echo 1000 > /proc/self/oom_score_adj
+    unset -v tok t cap d n i g rc so se o e __envsdk_n
+    set --
+    __envsdk_eval
+  ) < "$i" > "$o" 2> "$e" &
+  g=$!
+  printf 'arm %s %s\n' "$g" "$t" >&"${__envsdk_dog[1]}"
+  # With job control, wait also returns when the job is stopped (the watchdog stops, then
+  # kills): wait again while it is there.
+  while wait "$g"; rc=$?; [ "$rc" -gt 128 ] && kill -0 "$g" 2> /dev/null; do :; done
+  printf 'disarm\n' >&"${__envsdk_dog[1]}"
+  if [ -s "$o" ] || [ -s "$e" ]; then set -- $(stat -c %s -- "$o" "$e"); so=$1 se=$2; fi
+  printf '%s %d %d %d\n' "$tok" "$rc" "$so" "$se"
+  if [ "$so" -gt 0 ]; then head -c "$cap" -- "$o"; fi
+  if [ "$se" -gt 0 ]; then head -c "$cap" -- "$e"; fi
+  : > "$o"; : > "$e"; [ "$i" = /dev/null ] || : > "$i"
+  printf '%s\n' "$tok"
+}
+__envsdk_put() {
+  local tok=$1 e=/run/envsdk/put.err rc
+  head -c "$2" | {
+    if [ -n "${3%/*}" ] && [ "${3%/*}" != "$3" ] && [ ! -d "${3%/*}" ]; then mkdir -p -- "${3%/*}"; fi
+    cat > "$3" || { cat > /dev/null; false; }
+  } 2> "$e"
+  rc=$?
+  printf '%s %d %d\n' "$tok" "$rc" "$(stat -c %s -- "$e")"
+  cat -- "$e"
+  printf '%s\n' "$tok"
+}
+"""
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """What one container may use (see the module docstring for how each is held).
+
+    cpus: CPU share (``--cpus``). memory_mb: its processes' RAM. storage_mb: the files it
+    writes (charged with its memory; the container's memory limit is the sum of the two).
+    pids: processes and threads. network: whether it may reach the network (default: none).
+    output_bytes: stdout and stderr kept per command, each (the rest is counted).
+    timeout_s: default deadline of a command. start_timeout_s: how long starting a container
+    may take, until its kept shell answers. build_timeout_s: default deadline of an image build.
+    """
+
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    storage_mb: int = 1024
+    pids: int = 256
+    network: bool = False
+    output_bytes: int = 1 << 20
+    timeout_s: float = 30.0
+    start_timeout_s: float = 60.0
+    build_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.network, bool):
+            raise TypeError(f"ContainerLimits.network must be a bool, got {self.network!r}")
+        for name, value in asdict(self).items():
+            if name == "network":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
+            if name in ("memory_mb", "storage_mb", "pids", "output_bytes") and not isinstance(value, int):
+                raise ValueError(f"ContainerLimits.{name} must be a whole number, got {value!r}")
+
+    @property
+    def exec_tmpfs_bytes(self) -> int:
+        """The size of the tmpfs holding each command's output and input."""
+        return EXEC_TMPFS_FACTOR * self.output_bytes
+
+    @property
+    def container_memory_mb(self) -> int:
+        """The container's memory limit: processes, files and the exec tmpfs together."""
+        return self.memory_mb + self.storage_mb + -(-self.exec_tmpfs_bytes // (1 << 20))
+
+
+class ContainerError(SandboxError):
+    """Something went wrong with a container, an image or the container engine."""
+
+
+class ImageBuildError(ContainerError):
+    """A task's Dockerfile did not build (it failed, or took longer than its build deadline)."""
+
+
+class ImageUnavailableError(ContainerError):
+    """A base image named by ``FROM`` is neither in the store nor can be made offline."""
+
+
+class ContainerStartError(ContainerError, SandboxStartError):
+    """A container could not be started, or its kept shell did not answer in time."""
+
+
+def _one_line(text: bytes | str, limit: int = 300) -> str:
+    """The last non-empty line of an engine's output (where its error is), shortened."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else "(no output)"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _mount_fstype(path: Path) -> str | None:
+    """The file system type mounted exactly at `path`, or None when nothing is."""
+    target = str(path)
+    found = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        if fields.split()[4] == target:
+            found = tail.split()[0]  # the last mount at a path is the one in use
+    return found
+
+
+def _owner() -> str:
+    """This process's owner label: its pid and start time (a reused pid has another)."""
+    return f"{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _host() -> str:
+    """This machine and boot: a container of another machine (one Docker daemon for several)
+    or of an earlier boot is judged by that, not by a pid of this one."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "unknown"
+    return f"{socket.gethostname()}/{boot}"
+
+
+class ContainerEngine:
+    """The command-line client of podman or docker, and where podman keeps its images.
+
+    podman (``kind="podman"``): its own store, apart from any other podman of the machine:
+    ``root/storage`` (``root``: ``ENVSDK_PODMAN_ROOT``, default ``/var/lib/envsdk/podman``)
+    on a tmpfs of ``store_mb`` (``ENVSDK_CONTAINER_STORE_MB``, default 8192) that the engine
+    mounts when it runs as root and nothing is mounted there yet (the mount stays: it is the
+    image cache of every later server; ``umount`` it to free the RAM), its run state in
+    ``runroot`` (``/run/envsdk/podman``), its settings in ``root/containers.conf`` (written by
+    the engine: runc, cgroupfs, no default ulimits). Without root, podman's own defaults.
+
+    docker (``kind="docker"``): the ``docker`` client, the daemon it reaches (``DOCKER_HOST``
+    in `env` or the environment); its store is the daemon's, not bounded by this engine.
+    """
+
+    def __init__(
+        self, kind: str = "podman", *, executable: str | None = None, root: Path | None = None,
+        runroot: Path | None = None, store_mb: int | None = None, env: Mapping[str, str] | None = None,
+    ) -> None:
+        if kind not in ("podman", "docker"):
+            raise ValueError(f"unknown container engine {kind!r}: podman or docker")
+        self.kind = kind
+        found = executable or shutil.which(kind)
+        if found is None:
+            hint = "apt-get install podman runc" if kind == "podman" else "install the docker client"
+            raise ContainerError(f"{kind} is not installed ({hint})")
+        self.executable = found
+        self.env = {**os.environ, **(env or {})}
+        self.root: Path | None = None
+        self.runroot: Path | None = None
+        self.store_mb = store_mb or int(os.environ.get("ENVSDK_CONTAINER_STORE_MB") or DEFAULT_STORE_MB)
+        self._base: list[str] = []
+        self._ready = False
+        self._lock = threading.Lock()
+        if kind == "podman" and os.geteuid() == 0:
+            self.root = Path(root or os.environ.get("ENVSDK_PODMAN_ROOT") or DEFAULT_PODMAN_ROOT)
+            if runroot is None:
+                # Two stores must not share one run state.
+                runroot = DEFAULT_PODMAN_RUNROOT if self.root == DEFAULT_PODMAN_ROOT else Path(
+                    f"{DEFAULT_PODMAN_RUNROOT}-{hashlib.sha256(str(self.root).encode()).hexdigest()[:8]}"
+                )
+            self.runroot = Path(runroot)
+            self.env["CONTAINERS_CONF"] = str(self.root / "containers.conf")
+            self._base = [
+                "--root", str(self.store), "--runroot", str(self.runroot), "--storage-driver", "overlay",
+                "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--tmpdir", str(self.runroot / "libpod"),
+            ]
+
+    @classmethod
+    def detect(cls, which: str | None = None, **options: Any) -> ContainerEngine:
+        """The engine named by `which` (default ``ENVSDK_CONTAINER_ENGINE``, else ``auto``):
+        ``podman``, ``docker``, or ``auto``: podman where it is installed, else docker."""
+        which = which or os.environ.get("ENVSDK_CONTAINER_ENGINE") or "auto"
+        if which == "auto":
+            if shutil.which("podman"):
+                which = "podman"
+            elif shutil.which("docker"):
+                which = "docker"
+            else:
+                raise ContainerError(
+                    "no container engine: install podman (Debian: apt-get install podman runc) or a docker client"
+                )
+        if which not in ("podman", "docker"):
+            raise ValueError(f"unknown container engine {which!r}: auto, podman or docker")
+        return cls(which, **options)
+
+    @property
+    def store(self) -> Path | None:
+        """podman's image and container store (None: the engine's or daemon's own)."""
+        return None if self.root is None else self.root / "storage"
+
+    @property
+    def disk_bounded(self) -> bool:
+        """Whether a container's files count in its memory limit (the store is a tmpfs)."""
+        self.prepare()
+        return self.store is not None and _mount_fstype(self.store) == "tmpfs"
+
+    @property
+    def lock_dir(self) -> Path:
+        """Where builds of the same content, by any process, wait on one another."""
+        base = self.runroot.parent if self.runroot is not None else Path(tempfile.gettempdir())
+        path = base / "envsdk-container-locks"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    def prepare(self) -> None:
+        """Make podman's folders, mount its store's tmpfs (as root, where nothing is mounted)
+        and write its containers.conf. Once; raises `ContainerError`."""
+        with self._lock:
+            if self._ready or self.root is None or self.store is None or self.runroot is None:
+                self._ready = True
+                return
+            try:
+                self.store.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self.runroot.mkdir(parents=True, exist_ok=True, mode=0o700)
+                conf = self.root / "containers.conf"
+                if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
+                    partial = conf.with_suffix(f".{os.getpid()}.tmp")
+                    partial.write_text(CONTAINERS_CONF)
+                    partial.replace(conf)
+            except OSError as exc:
+                raise ContainerError(f"cannot prepare podman's folder {self.root}: {exc}") from exc
+            if _mount_fstype(self.store) is None:
+                result = subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", f"size={self.store_mb}m,mode=0700", "envsdk-podman-store",
+                     str(self.store)],
+                    capture_output=True, timeout=30, check=False,
+                )
+                # Lost to another process mounting it at the same moment: that mount serves.
+                if result.returncode != 0 and _mount_fstype(self.store) is None:
+                    raise ContainerError(
+                        f"cannot mount the container store's tmpfs at {self.store}: {_one_line(result.stderr)}"
+                    )
+            self._ready = True
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        """The whole command line of engine command `args`."""
+        return [self.executable, *self._base, *args]
+
+    def call(
+        self, args: list[str], *, timeout: float, input: bytes | None = None, check: bool = True,
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run engine command `args`; its process group is killed at `timeout` (then
+        `ContainerError`). With `check`, a non-zero exit is a `ContainerError` naming the
+        command and the engine's last line of error."""
+        self.prepare()
+        process = subprocess.Popen(
+            self.argv(args), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True,
+        )
+        try:
+            out, err = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: podman then removes what the command had started (a build's
+            # working container); then the whole group goes.
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(process, signal.SIGKILL)
+            process.communicate()
+            raise ContainerError(f"{self.kind} {args[0]} did not finish in {timeout:g} s") from None
+        except BaseException:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+            raise
+        result = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+        if check and result.returncode != 0:
+            raise ContainerError(f"{self.kind} {' '.join(args[:2])}: {_one_line(err or out)}")
+        return result
+
+    def image_exists(self, ref: str) -> bool:
+        return self.call(["image", "inspect", "--format", "{{.Id}}", ref], timeout=ENGINE_CALL_S, check=False).returncode == 0
+
+    def tag(self, src: str, dst: str) -> None:
+        self.call(["tag", src, dst], timeout=ENGINE_CALL_S)
+
+    def load_rootfs(self, tar: Path, name: str, *, changes: Sequence[str] = ()) -> None:
+        """Make image `name` from root filesystem tarball `tar` (``import``), with Dockerfile
+        instructions `changes` (``CMD ["bash"]``, ``ENV LANG=C.UTF-8``) applied."""
+        args = ["import"]
+        for change in changes:
+            args += ["--change", change]
+        self.call([*args, str(tar), name], timeout=600)
+
+    def remove(self, containers: list[str]) -> None:
+        """Kill and remove `containers` (names or ids) and their anonymous volumes, at once
+        (no stop grace); those already gone are no error."""
+        grace = ["-t", "0"] if self.kind == "podman" else []
+        self.call(["rm", "-f", "-v", *grace, *containers], timeout=ENGINE_CALL_S, check=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.kind, "executable": self.executable,
+                "store": None if self.store is None else str(self.store), "disk_bounded": self.disk_bounded}
+
+
+def _cgroup_folders(name: str) -> list[Path]:
+    """Folder `name` and every folder below it, parents first, in each mounted cgroup
+    hierarchy (v1 controllers and v2)."""
+    found: list[Path] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        if tail.split()[0] in ("cgroup", "cgroup2"):
+            # os.walk passes over folders removed while it walks (runc removes its own).
+            for folder, _, _ in os.walk(Path(fields.split()[4]) / name):
+                found.append(Path(folder))
+    return found
+
+
+def _cgroup_processes(name: str) -> set[int]:
+    """The pids in cgroup folder `name` and below, in every hierarchy."""
+    pids: set[int] = set()
+    for folder in _cgroup_folders(name):
+        try:
+            pids.update(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+        except OSError:
+            continue
+    return pids
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _StartRate:
+    """At most `per_s` container starts a second, spaced evenly, across threads."""
+
+    def __init__(self, per_s: float) -> None:
+        if not per_s > 0:
+            raise ValueError(f"starts_per_s must be positive, got {per_s!r}")
+        self.interval = 1.0 / per_s
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next)
+            self._next = slot + self.interval
+        if slot > now:
+            time.sleep(slot - now)
+
+
+def _context_digest(context: Path, dockerfile: str) -> str:
+    """A digest of everything a build reads: every file's path, kind, executable bit and
+    content (symbolic links by their target), and the Dockerfile's name."""
+    digest = hashlib.sha256(f"dockerfile={dockerfile}\n".encode())
+    for folder, dirs, files in os.walk(context):
+        dirs.sort()
+        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, context)
+            if os.path.islink(path):
+                digest.update(f"link {relative!r} {os.readlink(path)!r}\n".encode())
+                continue
+            mode = os.stat(path).st_mode
+            digest.update(f"file {relative!r} {mode & 0o111:o}\n".encode())
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        for name in dirs:
+            digest.update(f"dir {os.path.relpath(os.path.join(folder, name), context)!r}\n".encode())
+    return digest.hexdigest()
+
+
+_open_sandboxes: weakref.WeakSet[ContainerSandbox] = weakref.WeakSet()
+_names = itertools.count()
+
+
+def _close_open_sandboxes() -> None:
+    for sandbox in list(_open_sandboxes):
+        with contextlib.suppress(Exception):  # at exit: remove what can be removed
+            sandbox.close()
+
+
+atexit.register(_close_open_sandboxes)
+
+
+class ContainerProvider:
+    """Builds task images and starts containers of them (see the module docstring).
+
+    `limits` are the default of `start`; `starts_per_s` bounds how many containers it creates
+    a second (a burst of resets waits its turn rather than overloading the engine);
+    `allow_unbounded_disk` lets it start containers whose files it cannot bound.
+    """
+
+    name = "container"
+    isolation = (
+        "OCI container: own namespaces (pid, mount, net, ipc, uts), the image's root filesystem, cgroup limits "
+        "on CPU, memory (files included where the store is a tmpfs) and processes, no network unless asked"
+    )
+    isolates = (
+        "cpu", "memory", "processes", "disk (charged with memory)", "network", "host files", "other processes",
+        "environment", "leftover processes",
+    )
+
+    def __init__(
+        self, engine: ContainerEngine | None = None, *, limits: ContainerLimits | None = None,
+        starts_per_s: float = 8.0, allow_unbounded_disk: bool = False,
+    ) -> None:
+        self.engine = engine or ContainerEngine.detect()
+        self.limits = limits or ContainerLimits()
+        self.starts_per_s = starts_per_s
+        self.allow_unbounded_disk = allow_unbounded_disk
+        self._rate = _StartRate(starts_per_s)
+        self._orphans_removed = False
+        self._orphans_lock = threading.Lock()
+        self._build_locks: dict[str, threading.Lock] = {}
+        self._build_locks_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- images
+
+    def build_image(
+        self, context: Path, *, name: str, dockerfile: str = "Dockerfile", timeout_s: float | None = None,
+    ) -> str:
+        """The image of `context`'s `dockerfile`: ``localhost/envsdk-task-<name>:<digest>``,
+        built unless an image of the same content is already in the store (concurrent builds
+        of the same content, by any process, wait for one). Offline (``--pull=never``): the
+        base images its ``FROM`` lines name are made available first
+        (`envsdk.sandbox.images.prepare_base`). Raises `ImageBuildError` (it failed, or took
+        longer than `timeout_s`, default ``limits.build_timeout_s``) and `ImageUnavailableError`."""
+        context = Path(context)
+        path = context / dockerfile
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ImageBuildError(f"{path}: cannot read the Dockerfile: {exc}") from exc
+        seconds = self.limits.build_timeout_s if timeout_s is None else timeout_s
+        if not seconds > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        tag = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("._-") or "task"
+        digest = _context_digest(context, dockerfile)[:16]
+        ref = f"localhost/envsdk-task-{tag}:{digest}"
+        deadline = time.monotonic() + seconds
+        with self._build_lock(digest):
+            lock = os.open(self.engine.lock_dir / f"build-{digest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                while True:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise ImageBuildError(
+                                f"{path}: another build of the same content took longer than {seconds:g} s"
+                            ) from None
+                        time.sleep(0.1)
+                if self.engine.image_exists(ref):
+                    return ref
+                self._prepare_bases(text, path)
+                self._build(context, path, ref, deadline, seconds)
+                return ref
+            finally:
+                os.close(lock)
+
+    def _build_lock(self, digest: str) -> threading.Lock:
+        with self._build_locks_lock:
+            return self._build_locks.setdefault(digest, threading.Lock())
+
+    def _prepare_bases(self, dockerfile_text: str, path: Path) -> None:
+        # Imported here: envsdk.sandbox.images imports this module.
+        from envsdk.sandbox.images import from_names, prepare_base
+
+        prepare_base(self.engine, from_names(dockerfile_text, path=path))
+
+    def _build(self, context: Path, path: Path, ref: str, deadline: float, seconds: float) -> None:
+        from envsdk.sandbox.images import pull_allowed
+
+        args = ["build", "-f", str(path), "-t", ref, "--force-rm"]
+        group = f"envsdk-build-{os.getpid()}-{secrets.token_hex(4)}"
+        if self.engine.kind == "podman":
+            # The build's RUN steps run in cgroups below `group`: at the deadline they are
+            # killed there, so the step fails and podman removes its working container itself.
+            pull = "missing" if pull_allowed() else "never"
+            args += [f"--pull={pull}", "--layers=false", "--cgroup-parent", f"/{group}"]
+        process = subprocess.Popen(
+            self.engine.argv([*args, str(context)]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, env=self.engine.env, start_new_session=True,
+        )
+        try:
+            output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            output = self._stop_build(process, group)
+            raise ImageBuildError(f"{path}: the image build took longer than {seconds:g} s") from None
+        except BaseException:
+            self._stop_build(process, group)
+            raise
+        finally:
+            for folder in reversed(_cgroup_folders(group)):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+        if process.returncode != 0:
+            raise ImageBuildError(f"{path}: the image build failed: {_one_line(output)}")
+
+    @staticmethod
+    def _stop_build(process: subprocess.Popen[bytes], group: str) -> bytes:
+        """Kill a build's running step (and again, each next step) until the build gives up,
+        then the build itself if it has not within `BUILD_STOP_S`."""
+        stop_by = time.monotonic() + BUILD_STOP_S
+        while time.monotonic() < stop_by:
+            kill_until_gone(lambda: _cgroup_processes(group))
+            try:
+                output, _ = process.communicate(timeout=0.2)
+                return output
+            except subprocess.TimeoutExpired:
+                continue
+        _signal_group(process, signal.SIGKILL)
+        kill_until_gone(lambda: _cgroup_processes(group))
+        output, _ = process.communicate()
+        return output
+
+    # ---------------------------------------------------------------- containers
+
+    def start(
+        self, image: str, *, limits: ContainerLimits | None = None, workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ContainerSandbox:
+        """A started container of `image` whose kept shell answers, within
+        ``limits.start_timeout_s`` (after its turn under ``starts_per_s``). `workdir`: where
+        commands and relative paths start (default: the image's working folder). Raises
+        `ContainerStartError` (one line, naming the image)."""
+        limits = limits or self.limits
+        if not self.allow_unbounded_disk and not self.engine.disk_bounded:
+            raise ContainerStartError(
+                f"{self.engine.kind}'s store is not a tmpfs, so a container's storage_mb ({limits.storage_mb}) cannot "
+                "be held; run as root with podman (its store then lives on a tmpfs) or pass allow_unbounded_disk=True"
+            )
+        self._remove_orphans_once()
+        self._rate.wait()
+        deadline = time.monotonic() + limits.start_timeout_s
+        name = f"envsdk-{os.getpid()}-{next(_names)}-{secrets.token_hex(3)}"
+        args = [
+            "run", "-d", "--name", name, "--hostname", "sandbox",
+            "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={_owner()}", "--label", f"{HOST_LABEL}={_host()}",
+            "--cpus", f"{limits.cpus:g}", "--memory", f"{limits.container_memory_mb}m",
+            "--memory-swap", f"{limits.container_memory_mb}m", "--pids-limit", str(limits.pids + OWN_PIDS),
+            "--security-opt", "no-new-privileges", "--log-driver", "none", "--stop-timeout", "0",
+            "--tmpfs", f"{EXEC_DIR}:rw,size={limits.exec_tmpfs_bytes},mode=0700",
+            "--entrypoint", "bash",
+        ]
+        if not limits.network:
+            args += ["--network", "none"]
+        for key, value in (env or {}).items():
+            args += ["--env", f"{key}={value}"]
+        try:
+            result = self.engine.call([*args, image, "-c", FIRST_PROCESS], timeout=max(deadline - time.monotonic(), 0.1))
+        except ContainerError as exc:
+            # A run that timed out may still have made the container.
+            self.engine.remove([name])
+            detail = str(exc).split(": ", 1)[-1]
+            if "executable file" in detail and "not found" in detail:
+                raise ContainerStartError(f"the image {image} has no bash ({detail})") from None
+            raise ContainerStartError(f"cannot start a container of {image}: {detail}") from None
+        container_id = result.stdout.decode().strip().splitlines()[-1]
+        sandbox = ContainerSandbox(self, container_id, image, limits, workdir)
+        try:
+            sandbox._open_shell(deadline)
+        except SandboxError as exc:
+            sandbox.close()
+            raise ContainerStartError(f"container of {image} did not start: {exc}") from None
+        return sandbox
+
+    def remove_orphans(self) -> int:
+        """Remove the containers of owners that are gone (servers killed before they could
+        close them) on this machine; how many were removed."""
+        listed = self.engine.call(
+            ["ps", "-a", "--filter", f"label={LABEL}=1", "--format", "{{.ID}} {{json .Labels}}"],
+            timeout=ENGINE_CALL_S,
+        )
+        host = _host()
+        orphans = []
+        for line in listed.stdout.decode().splitlines():
+            if not line.strip():
+                continue
+            container_id, _, raw = line.partition(" ")
+            labels = _labels(json.loads(raw))
+            if labels.get(HOST_LABEL, host).split("/")[0] != host.split("/")[0]:
+                continue  # another machine's, sharing a daemon
+            owner = labels.get(OWNER_LABEL, "")
+            pid, _, started = owner.partition(":")
+            alive = (
+                labels.get(HOST_LABEL) == host and pid.isdigit() and str(_start_time(int(pid))) == started
+            )
+            if not alive:
+                orphans.append(container_id)
+        if orphans:
+            self.engine.remove(orphans)
+        return len(orphans)
+
+    def _remove_orphans_once(self) -> None:
+        with self._orphans_lock:
+            if not self._orphans_removed:
+                self.remove_orphans()
+                self._orphans_removed = True
+
+    def describe(self) -> dict[str, Any]:
+        """What the provider isolates, its engine and store, and its default limits."""
+        return {
+            "provider": self.name, "isolation": self.isolation, "isolates": list(self.isolates),
+            "limits": asdict(self.limits), "starts_per_s": self.starts_per_s,
+            "allow_unbounded_disk": self.allow_unbounded_disk, **self.engine.describe(),
+        }
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    """A container's labels from ``{{json .Labels}}``: podman gives an object, docker a
+    ``k=v,k=v`` string."""
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, str):
+        return dict(item.split("=", 1) for item in raw.split(",") if "=" in item)
+    return {}
+
+
+class _KeptShell:
+    """The bash kept running in a container (``exec -i``), and the host's end of its pipes."""
+
+    def __init__(self, engine: ContainerEngine, container_id: str) -> None:
+        self.engine = engine
+        # The client's own errors (and bash's) go to a file: nothing to drain, nothing blocks.
+        self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self.process = subprocess.Popen(
+            engine.argv(["exec", "-i", container_id, "bash", "--noprofile", "--norc"]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, env=engine.env,
+            start_new_session=True,
+        )
+        self.pid: int | None = None  # the shell's pid inside the container
+        self._buffer = b""
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, data: bytes) -> None:
+        """Raises OSError when the shell is gone."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def read_line(self, deadline: float, limit: int = 4096) -> bytes:
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > limit:
+                raise _ShellBroken("an answer line too long")
+            self._fill(deadline)
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def read_exact(self, size: int, deadline: float) -> bytes:
+        while len(self._buffer) < size:
+            self._fill(deadline)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def _fill(self, deadline: float) -> None:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise _ShellHung()
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            raise _ShellBroken("the kept shell ended")
+        self._buffer += chunk
+
+    def error_tail(self) -> str:
+        self.errors.seek(0, os.SEEK_END)
+        self.errors.seek(max(self.errors.tell() - 2000, 0))
+        return _one_line(self.errors.read())
+
+    def close(self, grace_s: float = 0.0) -> None:
+        """End the client. `grace_s`: first close the shell's stdin and give it that long to
+        end on its own (an exec session that ends normally leaves nothing behind in the
+        engine; one cut off may leave its monitor waiting, as podman's Docker API does)."""
+        if grace_s > 0 and self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace_s)
+        _signal_group(self.process, signal.SIGKILL)
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+        self.errors.close()
+
+
+class _CopyError(ContainerError, SandboxPathError):
+    """A copy in or out failed (a path that is not there, or cannot be written)."""
+
+
+class _ShellBroken(Exception):
+    """The kept shell ended, or answered out of protocol."""
+
+
+class _ShellHung(Exception):
+    """The kept shell did not answer in time."""
+
+
+class ContainerSandbox:
+    """One started container (see the module docstring). Methods block; each has a deadline;
+    calls from several threads are serialised. `close` is idempotent and also runs at exit."""
+
+    def __init__(
+        self, provider: ContainerProvider, container_id: str, image: str, limits: ContainerLimits,
+        workdir: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.engine = provider.engine
+        self.id = container_id
+        self.image = image
+        self.limits = limits
+        #: Where commands and relative paths start (the image's working folder unless `start`
+        #: named one; made when missing).
+        self.workdir = workdir or "/"
+        self._asked_workdir = workdir
+        self._shell: _KeptShell | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        _open_sandboxes.add(self)
+
+    @property
+    def alive(self) -> bool:
+        """Not closed, and its kept shell (or the container, to make another) is there."""
+        return not self._closed and (self._shell is None or self._shell.alive() or self._running())
+
+    def __enter__(self) -> ContainerSandbox:  # noqa: PYI034 - as Sandbox.__enter__
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- commands
+
+    def bash(self, script: str, *, timeout: float | None = None) -> CompletedRun:
+        """Run `script` with ``bash -c`` in the working folder, stdin empty; killed, with
+        whatever it started in its process group, at `timeout` (default ``limits.timeout_s``:
+        then returncode -9 and ``timed_out``). Another status is bash's (128 + N: signal N)."""
+        return self._run(script, script, b"", self._timeout(timeout))
+
+    def run(self, command: Sequence[str], *, input: bytes | None = None, timeout: float | None = None) -> CompletedRun:
+        """Run argv `command` (``command[0]`` looked up on the container's PATH) with `input`
+        on stdin (at most 16 times ``output_bytes``); otherwise as `bash`."""
+        argv = list(command)
+        if not argv:
+            raise ValueError("command is empty")
+        data = input or b""
+        if len(data) > 16 * self.limits.output_bytes:
+            raise ValueError(f"input of {len(data)} bytes is over 16 times output_bytes ({self.limits.output_bytes})")
+        return self._run(argv, "exec " + shlex.join(argv), data, self._timeout(timeout))
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` (absolute, or relative to the working folder); its folder is
+        made when missing. Raises `SandboxPathError` where it cannot be written."""
+        self._check_path(path)
+        with self._lock:
+            self._ensure_shell()
+            shell = self._shell
+            assert shell is not None
+            token = secrets.token_hex(8)
+            deadline = time.monotonic() + self.limits.timeout_s + REPLY_GRACE_S
+            try:
+                shell.send(f"__envsdk_put {token} {len(data)} {shlex.quote(path)}\n".encode() + data)
+                status, size = self._header(shell, token, deadline, 2)
+                error = shell.read_exact(size, deadline)
+                if shell.read_line(deadline) != token.encode():
+                    raise _ShellBroken("an answer out of protocol")
+            except (OSError, _ShellBroken, _ShellHung) as exc:
+                self._drop_shell(kill_inside=True)
+                raise SandboxError(f"write {path!r}: the container's kept shell failed ({_why(exc)})") from None
+        if status != 0:
+            raise SandboxPathError(f"write {path!r}: {_one_line(error)}")
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The first `max_bytes` (default ``limits.output_bytes``, at most 16 times that: it
+        passes through the exec tmpfs; `copy_out` takes files of any size) of file `path`.
+        Raises `SandboxPathError` where it cannot be read."""
+        self._check_path(path)
+        cap = self.limits.output_bytes if max_bytes is None else max_bytes
+        if not 0 <= cap <= 16 * self.limits.output_bytes:
+            raise ValueError(
+                f"max_bytes must be between 0 and 16 times output_bytes ({16 * self.limits.output_bytes}), got {cap!r}"
+            )
+        run = self._run(["read", path], f"exec head -c {cap} -- {shlex.quote(path)}", b"",
+                        self.limits.timeout_s, cap=max(cap, 1))
+        if run.returncode != 0:
+            raise SandboxPathError(f"read {path!r}: {_one_line(run.stderr).removeprefix('head: ')}")
+        return run.stdout[:cap]
+
+    def copy_in(self, src: Path, dst: str) -> None:
+        """Copy host file or folder `src` to `dst` in the container (`dst` becomes the copy;
+        a folder's contents are merged into `dst` when it exists)."""
+        src = Path(src)
+        if not src.exists():
+            raise FileNotFoundError(f"copy_in: {src} does not exist")
+        self._check_path(dst)
+        target = dst if dst.startswith("/") else f"{self.workdir.rstrip('/')}/{dst}"
+        parent = target.rstrip("/").rsplit("/", 1)[0] or "/"
+        made = self.bash(f"mkdir -p -- {shlex.quote(parent)}", timeout=self.limits.timeout_s)
+        if made.returncode != 0:
+            raise SandboxPathError(f"copy_in {dst!r}: {_one_line(made.stderr)}")
+        source = f"{src}/." if src.is_dir() else str(src)
+        self._engine_call(["cp", source, f"{self.id}:{target}"], f"copy_in {dst!r}", _CopyError)
+
+    def copy_out(self, src: str, dst: Path) -> None:
+        """Copy file or folder `src` of the container to host path `dst` (which becomes the
+        copy; a folder's contents are merged into `dst` when it exists)."""
+        self._check_path(src)
+        source = src if src.startswith("/") else f"{self.workdir.rstrip('/')}/{src}"
+        dst = Path(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        kind = self.bash(f"test -d {shlex.quote(source)}", timeout=self.limits.timeout_s).returncode
+        self._engine_call(["cp", f"{self.id}:{source.rstrip('/')}{'/.' if kind == 0 else ''}", str(dst)],
+                          f"copy_out {src!r}", _CopyError)
+
+    def stop_processes(self) -> None:
+        """Kill every process of the container (it restarts with its first process alone);
+        its files stay, the exec tmpfs is emptied, a new kept shell answers."""
+        with self._lock:
+            self._check_open()
+            self._drop_shell()
+            self._engine_call(["restart", "-t", "0", self.id], "stop_processes")
+            self._open_shell_locked(time.monotonic() + self.limits.start_timeout_s)
+
+    def changes(self, *, stop: bool = False, timeout: float = ENGINE_CALL_S) -> list[tuple[str, str]]:
+        """What was changed in the container's files relative to its image, as the engine reads
+        it from its storage on the host (no program of the container takes part): ``(kind,
+        path)`` pairs sorted by path, kind ``"A"`` added, ``"C"`` changed (a folder is also
+        listed when something in it changed) or ``"D"`` deleted. Mounts (the exec tmpfs)
+        are not looked into. `stop`: stop the container first (every process killed, none
+        started), so that nothing can change its files after the list is taken;
+        `stop_processes` starts it again (other calls then find it gone). `ContainerError`
+        when the engine fails or takes longer than `timeout` seconds in all."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._check_open()
+            if stop:
+                self._drop_shell()
+                self.engine.call(["stop", "-t", "0", self.id], timeout=max(deadline - time.monotonic(), 0.1))
+            if self.engine.kind == "podman":
+                listed = self.engine.call(["diff", "--format", "json", self.id],
+                                          timeout=max(deadline - time.monotonic(), 0.1))
+                found = json.loads(listed.stdout or b"{}") or {}
+                kinds = {"added": "A", "changed": "C", "deleted": "D"}
+                pairs = [(kinds[key], path) for key in kinds for path in found.get(key) or ()]
+            else:
+                listed = self.engine.call(["diff", self.id], timeout=max(deadline - time.monotonic(), 0.1))
+                pairs = []
+                for line in listed.stdout.decode("utf-8", "surrogateescape").split("\n"):
+                    if line[:1] in ("A", "C", "D") and line[1:3] == " /":
+                        pairs.append((line[0], line[2:]))
+                    elif pairs and line:
+                        # A name holding a newline: its text goes on on the next line.
+                        pairs[-1] = (pairs[-1][0], f"{pairs[-1][1]}\n{line}")
+        return sorted(pairs, key=lambda pair: pair[1])
+
+    def close(self) -> None:
+        """Remove the container (its processes, files and anonymous volumes). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._drop_shell()
+            self.engine.remove([self.id])
+            _open_sandboxes.discard(self)
+
+    # ---------------------------------------------------------------- internals
+
+    def _timeout(self, timeout: float | None) -> float:
+        seconds = self.limits.timeout_s if timeout is None else timeout
+        if isinstance(seconds, bool) or not seconds > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        return float(seconds)
+
+    @staticmethod
+    def _check_path(path: str) -> None:
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise SandboxPathError(f"not a path: {path!r}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed("the container is closed")
+
+    def _running(self) -> bool:
+        result = self.engine.call(["inspect", "--format", "{{.State.Running}}", self.id],
+                                  timeout=ENGINE_CALL_S, check=False)
+        return result.returncode == 0 and result.stdout.strip() == b"true"
+
+    def _engine_call(self, args: list[str], what: str, error: type[ContainerError] = ContainerError) -> None:
+        try:
+            self.engine.call(args, timeout=ENGINE_CALL_S)
+        except ContainerError as exc:
+            detail = str(exc).split(": ", 1)[-1].removeprefix("Error: ")
+            raise error(f"{what}: {detail}") from None
+
+    def _open_shell(self, deadline: float) -> None:
+        with self._lock:
+            self._open_shell_locked(deadline)
+
+    def _open_shell_locked(self, deadline: float) -> None:
+        shell = _KeptShell(self.engine, self.id)
+        token = secrets.token_hex(8)
+        try:
+            enter = ""
+            if self._asked_workdir is not None:
+                folder = shlex.quote(self._asked_workdir)
+                enter = f"mkdir -p -- {folder} 2>/dev/null; cd -- {folder} || exit 1; "
+            shell.send(
+                f"cat > {EXEC_DIR}/bash <<'__ENVSDK_END__'\n{KEPT_SHELL}__ENVSDK_END__\n"
+                f'__envsdk_wd=$PWD; builtin cd {EXEC_DIR} && shopt -u sourcepath && . bash && shopt -s sourcepath; '
+                f'builtin cd -- "$__envsdk_wd"; {enter}'
+                f'if command -v head stat >/dev/null; then echo "{token} ok $$ $PWD"; '
+                f'else echo "{token} missing"; fi\n'.encode()
+            )
+            line = shell.read_line(deadline).decode("utf-8", "replace")
+        except (OSError, _ShellBroken, _ShellHung) as exc:
+            detail = shell.error_tail() if not shell.alive() else ""
+            shell.close()
+            if "executable file" in detail and "not found" in detail:
+                raise SandboxStartError(f"the image {self.image} has no bash ({detail})") from None
+            raise SandboxStartError(f"its kept shell did not answer ({_why(exc)}) {detail}".strip()) from None
+        fields = line.split(" ", 3)
+        if fields[:2] != [token, "ok"] or len(fields) < 4:
+            shell.close()
+            raise SandboxStartError(f"the image {self.image} lacks head or stat (coreutils)")
+        shell.pid, self.workdir = int(fields[2]), fields[3]
+        self._shell = shell
+
+    def _ensure_shell(self) -> str:
+        """Open a kept shell where there is none (or it ended); why, or '' when there was one."""
+        self._check_open()
+        if self._shell is not None and self._shell.alive():
+            return ""
+        # A shell dropped by a call has been reported by that call; one found dead, not yet.
+        why = "" if self._shell is None else (
+            "the container's kept shell had ended (killed from inside, or out of memory); a new one was started"
+        )
+        self._drop_shell()
+        try:
+            self._open_shell_locked(time.monotonic() + self.limits.start_timeout_s)
+        except SandboxError:
+            if not self._running():
+                self._close_locked_after_death()
+                raise SandboxDied(f"the container of {self.image} is gone (its first process ended)") from None
+            raise
+        return why
+
+    def _drop_shell(self, kill_inside: bool = False) -> None:
+        """Forget the kept shell: it is asked to end (end of its input), then its client is
+        killed. `kill_inside`: where it does not answer, also kill it in the container (ending
+        the client does not end it there)."""
+        shell, self._shell = self._shell, None
+        if shell is None:
+            return
+        if kill_inside and shell.pid is not None:
+            self.engine.call(["exec", self.id, "bash", "-c", f"kill -KILL {shell.pid}"],
+                             timeout=ENGINE_CALL_S, check=False)
+        shell.close(grace_s=SHELL_EXIT_S)
+
+    def _close_locked_after_death(self) -> None:
+        self._closed = True
+        self.engine.remove([self.id])
+        _open_sandboxes.discard(self)
+
+    @staticmethod
+    def _header(shell: _KeptShell, token: str, deadline: float, count: int) -> list[int]:
+        fields = shell.read_line(deadline).split()
+        if len(fields) != count + 1 or fields[0] != token.encode():
+            raise _ShellBroken("an answer out of protocol")
+        return [int(field) for field in fields[1:]]
+
+    def _run(self, args: Any, script: str, data: bytes, seconds: float, cap: int | None = None) -> CompletedRun:
+        if "\0" in script:
+            raise ValueError("a command may not contain a NUL byte")
+        cap = self.limits.output_bytes if cap is None else cap
+        with self._lock:
+            note = self._ensure_shell()
+            restarted = bool(note)
+            shell = self._shell
+            assert shell is not None
+            token = secrets.token_hex(8)
+            started = time.monotonic()
+            deadline = started + seconds + REPLY_GRACE_S
+            try:
+                shell.send(
+                    f"__envsdk_run {token} {seconds:.3f} {cap} {len(data)} {shlex.quote(script)}\n".encode(
+                        "utf-8", "surrogateescape") + data
+                )
+                status, out_size, err_size = self._header(shell, token, deadline, 3)
+                out = shell.read_exact(min(out_size, cap), deadline)
+                err = shell.read_exact(min(err_size, cap), deadline)
+                if shell.read_line(deadline) != token.encode():
+                    raise _ShellBroken("an answer out of protocol")
+            except (OSError, _ShellBroken, _ShellHung) as exc:
+                hung = isinstance(exc, _ShellHung)
+                self._drop_shell(kill_inside=True)
+                return CompletedRun(
+                    args=args, returncode=-9, stdout=b"", stderr=b"", stdout_bytes=0, stderr_bytes=0,
+                    timed_out=hung, duration_s=time.monotonic() - started, restarted=True,
+                    note=(
+                        "the container's kept shell " + ("did not answer by the deadline" if hung else "died")
+                        + " during this command (killed from inside, or out of memory); a new one starts with the next"
+                    ),
+                )
+        duration = time.monotonic() - started
+        timed_out = status == 128 + signal.SIGKILL and duration >= seconds
+        if out_size + err_size >= self.limits.exec_tmpfs_bytes - (64 << 10):
+            note = note or (
+                f"the output filled the container's exec tmpfs ({self.limits.exec_tmpfs_bytes} bytes, "
+                f"{EXEC_TMPFS_FACTOR} times output_bytes); writes past it failed"
+            )
+        return CompletedRun(
+            args=args, returncode=-signal.SIGKILL if timed_out else status, stdout=out, stderr=err,
+            stdout_bytes=out_size, stderr_bytes=err_size, timed_out=timed_out, duration_s=duration,
+            restarted=restarted, note=note,
+        )
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, _ShellHung):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
