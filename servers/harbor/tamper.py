@@ -1,0 +1,460 @@
+"""The verifier's tamper check: did the agent change what the verification runs?
+
+A task's tests run in the agent's container (Harbor's design), with the programs, libraries and
+Python start-up files found there, and the agent was root in it. So before they run, the
+verifier asks the container engine what the agent changed relative to the image
+(`ContainerSandbox.changes`: read by the engine from its storage on the host, with every
+process of the container stopped, so that nothing can change or hide a file afterwards), and
+when a change touches what the verification depends on the tests are not run: the episode
+scores 0.0 and the paths are named.
+
+The check looks twice:
+
+1. `first_look`, from the engine's list alone, before anything in the container runs again:
+   anything in the system folders (`SYSTEM_FOLDERS`: programs, libraries, the dynamic
+   loader, Debian's Python), the loader's settings (`LOADER_FILES`), Perl's and npm's own
+   modules (`LIBRARY_FOLDERS`), Python start-up modules (``sitecustomize``,
+   ``usercustomize``: anywhere), a user site (``~/.local/lib/python*``), pytest's settings
+   at ``/``, a shared library of the image's in /usr/local/lib; of each Python
+   installation (/usr/local, and a virtual environment whose ``bin`` is on the PATH): its
+   standard library and ``pyvenv.cfg``, ``.pth`` files in its package folders, a package
+   it installed changed or added into, byte code written for one; whatever the
+   container's environment names (``LD_LIBRARY_PATH`` and ``PYTHONHOME`` folders, the
+   files of ``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, ``PYTHONSTARTUP``); in the ``PATH``
+   folders outside the system folders, a program named like one the container runs when
+   it starts (`START_PROGRAMS`) or an interpreter (`INTERPRETERS`); and a protected
+   folder, or one above it, replaced (by a link) or changed with nothing in it changed.
+   When this look finds nothing, starting the container again runs only the image's own
+   bash, coreutils and libraries.
+2. `second_look_script` then runs in that shell (builtins, /usr/bin/stat and head only) and
+   `second_look` reads its answer: a program added or changed in a ``PATH`` folder whose
+   name the image has in a later ``PATH`` folder (it shadows it); a Python module added at
+   the top of a package folder or a ``PYTHONPATH`` folder whose name the image has in
+   another Python folder; an added package whose ``entry_points.txt`` declares a pytest
+   plugin (pytest loads those on its own); a protected folder that changed and is now not a
+   folder, writable by users other than root or not owned by root (a test that runs the
+   agent's code as ``nobody`` would let it plant programs there); an account other than
+   root with uid 0 in a changed ``/etc/passwd`` (``setpriv --reuid=nobody`` would run the
+   agent's code as root).
+
+New names shadow nothing and stay allowed: a program of the agent's own in /usr/local/bin,
+a Python module of its own, an image's program in /usr/local/bin that no system program
+shares a name with, changed (a task may ask to fix such a script), a virtual environment of
+its own that the tests' PATH does not name. What the check cannot see: what the tests read
+as data (the agent's work, as in Harbor), the working folder, which comes first on
+``sys.path`` for ``python -m`` and ``python -c``, files read by login shells or PAM.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import posixpath
+import re
+import shlex
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from envsdk.sandbox.container import ENGINE_CALL_S, ContainerError, ContainerSandbox
+
+__all__ = [
+    "INTERPRETERS",
+    "LIBRARY_FOLDERS",
+    "LOADER_FILES",
+    "PYTEST_ROOT_FILES",
+    "START_PROGRAMS",
+    "SYSTEM_FOLDERS",
+    "FirstLook",
+    "Surface",
+    "check",
+    "container_env",
+    "describe",
+    "first_look",
+    "second_look",
+    "second_look_script",
+]
+
+#: Folders whose every entry belongs to the image's system (the folder itself and anything in
+#: it, added, changed or deleted): programs, libraries and the dynamic loader, Debian's Python
+#: (/usr/lib/python3*). On merged-usr systems /bin, /sbin and /lib* are links into /usr: the
+#: engine lists the real path of what changed behind them, and the link itself if it changed.
+SYSTEM_FOLDERS = (
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
+)
+#: The dynamic loader's settings: a library named in ld.so.preload is loaded into every
+#: program; ld.so.conf(.d) and the cache say where libraries are found. (/etc/bash.bashrc is
+#: not here: a bash that is not interactive does not read it.)
+LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache")
+#: Other interpreters' own modules outside the system folders: Perl's (Debian's @INC puts
+#: /etc/perl and the /usr/local ones first), npm's (``npm test``, ``npx``), and a
+#: node_modules at the root (Node looks for modules in every folder above the script: /tests's
+#: only other one is /).
+LIBRARY_FOLDERS = (
+    "/etc/perl", "/usr/share/perl", "/usr/share/perl5", "/usr/local/share/perl", "/usr/local/lib/site_perl",
+    "/usr/local/lib/x86_64-linux-gnu/perl", "/usr/local/lib/aarch64-linux-gnu/perl",
+    "/usr/local/lib/node_modules/npm", "/usr/local/lib/node_modules/corepack", "/node_modules",
+)
+#: pytest looks for its settings (and so its rootdir and conftest.py) in the folders above the
+#: tests: /tests is made fresh, / is the only one left.
+PYTEST_ROOT_FILES = ("/conftest.py", "/pytest.ini", "/.pytest.ini", "/pyproject.toml", "/tox.ini", "/setup.cfg", "/setup.py")
+#: Programs the container runs, looked up on its PATH, when it starts again for the tests: its
+#: first process (bash) and that one's sleep, the shell the host talks to (bash) and what it
+#: uses (cat, head, stat, rm, mkdir). One planted where PATH finds it first would run before
+#: the second look, and could remove itself.
+START_PROGRAMS = ("bash", "sh", "sleep", "cat", "head", "stat", "rm", "mkdir")
+#: Interpreters and runners a test script names (shell patterns): in a PATH folder outside the
+#: system folders they count even as new names (stock Python images keep python3 in /usr/local/bin).
+INTERPRETERS = (
+    "python", "python[0-9]*", "pip", "pip[0-9]*", "pytest", "py.test", "env", "dash",
+    "perl", "perl[0-9]*", "node", "nodejs", "ruby", "uv", "uvx",
+)
+#: Modules Python imports when it starts, from whichever folder of its path holds them first.
+PYTHON_START_MODULES = ("sitecustomize", "usercustomize")
+PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+#: Python installations whose packages the tests' Python reads (``<prefix>/lib/python*/``),
+#: beside those of a ``<prefix>/bin`` on the PATH (a virtual environment or conda).
+PYTHON_PREFIXES = ("/usr", "/usr/local")
+#: The PATH a container gets when its image sets none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: At most this many questions for the second look; past it their paths count as tampering.
+MAX_QUESTIONS = 1024
+
+_USER_SITE = re.compile(r"/\.local/lib/python[^/]*(/|$)")
+_PYTEST_PLUGIN = re.compile(r"\.(dist|egg)-info/entry_points\.txt$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SHARED_LIBRARY = re.compile(r"\.so(\.|$)")
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _parents(path: str) -> Iterable[str]:
+    """The folders above `path`, the root left out."""
+    while path not in ("/", ""):
+        path = posixpath.dirname(path)
+        if path != "/":
+            yield path
+
+
+def _folders(value: str | None) -> tuple[str, ...]:
+    """The absolute folders of a colon-separated list (others are the image's own affair)."""
+    found: list[str] = []
+    for part in (value or "").split(":"):
+        if part.startswith("/"):
+            folder = posixpath.normpath(part)
+            if folder not in found:
+                found.append(folder)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What of the container's environment the verification depends on: its PATH folders,
+    the folders and files its variables name, its Python installations. From the image's
+    environment and the task's ``[verifier] env``: the agent can change neither."""
+
+    path: tuple[str, ...]
+    whole_folders: tuple[str, ...] = ()
+    named_files: tuple[str, ...] = ()
+    python_path: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, env: Mapping[str, str]) -> Surface:
+        named = [
+            posixpath.normpath(part)
+            for key in ("LD_PRELOAD", "BASH_ENV", "ENV", "PYTHONSTARTUP")
+            for part in re.split(r"[\s:]+", env.get(key, ""))
+            if part.startswith("/")
+        ]
+        return cls(
+            path=_folders(env.get("PATH", DEFAULT_PATH)),
+            whole_folders=(*_folders(env.get("LD_LIBRARY_PATH")), *_folders(env.get("PYTHONHOME"))),
+            named_files=tuple(named),
+            python_path=_folders(env.get("PYTHONPATH")),
+        )
+
+    @property
+    def user_path(self) -> tuple[str, ...]:
+        """The PATH folders outside the system folders."""
+        return tuple(f for f in self.path if not any(_under(f, s) for s in SYSTEM_FOLDERS))
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """The Python installations: `PYTHON_PREFIXES` and each ``<prefix>/bin`` of the PATH."""
+        extra = [posixpath.dirname(f) for f in self.user_path if posixpath.basename(f) == "bin"]
+        return tuple(dict.fromkeys((*PYTHON_PREFIXES, *(p for p in extra if p != "/"))))
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Folders that must stay what the image made them (not a link, not writable by
+        others): where programs, libraries and modules are looked up, and the lib folder of
+        each Python installation outside the system folders."""
+        libs = [f"{p}/lib" for p in self.prefixes if not any(_under(f"{p}/lib", s) for s in SYSTEM_FOLDERS)]
+        return (*self.user_path, *self.whole_folders, *self.python_path, *libs)
+
+    def package(self, path: str) -> tuple[str, str] | None:
+        """The package folder of a Python installation that `path` lies in, and its name
+        there (the top-level module or file); None outside one (or for the folder itself)."""
+        for prefix in self.prefixes:
+            if path.startswith(f"{prefix}/lib/python"):
+                parts = path[len(prefix) + 5:].split("/")
+                if len(parts) >= 3 and parts[1] in PACKAGE_FOLDERS:
+                    return f"{prefix}/lib/{parts[0]}/{parts[1]}", parts[2]
+        return None
+
+    def python_lib(self, path: str) -> bool:
+        """Whether `path` is a Python installation's own: its standard library and what sits
+        beside its package folders, its libpython, a virtual environment's settings."""
+        for prefix in self.prefixes:
+            if path == f"{prefix}/pyvenv.cfg" or path.startswith(f"{prefix}/lib/libpython"):
+                return True
+            if path.startswith(f"{prefix}/lib/python"):
+                parts = path[len(prefix) + 5:].split("/")
+                return len(parts) < 2 or parts[1] not in PACKAGE_FOLDERS
+        return False
+
+    def package_folder(self, path: str) -> bool:
+        """Whether `path` is a package folder of a Python installation."""
+        return self.python_folder(path) == 2
+
+    def python_folder(self, path: str) -> int:
+        """2 for a package folder of a Python installation, 1 for its ``lib/python*``, else 0."""
+        for prefix in self.prefixes:
+            if path.startswith(f"{prefix}/lib/python"):
+                parts = path[len(prefix) + 5:].split("/")
+                return 1 if len(parts) == 1 else 2 if len(parts) == 2 and parts[1] in PACKAGE_FOLDERS else 0
+        return 0
+
+    def module_globs(self, module: str) -> list[str]:
+        """Shell globs of where the image may hold `module` (an identifier)."""
+        folders = [
+            f"{shlex.quote(prefix)}/lib/python3*{sub}" for prefix in self.prefixes
+            for sub in ("", "/lib-dynload", "/site-packages", "/dist-packages")
+        ]
+        folders += [shlex.quote(f) for f in self.python_path]
+        return [f"{f}/{module}{end}" for f in folders for end in ("", ".py", ".pyc", ".so", ".*.so")]
+
+
+@dataclass
+class FirstLook:
+    """What the engine's list alone shows (`tampered`), and what the second look must ask the
+    container: `shadows` (an entry, the folder it may shadow from, and the paths or globs
+    whose existence in the image makes it a shadow), `plugins` (added entry_points.txt
+    files), `folders` (changed protected folders whose type, owner and mode matter),
+    `passwd` (whether /etc/passwd changed); `added`: every path the agent added."""
+
+    tampered: list[str] = field(default_factory=list)
+    shadows: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
+    passwd: bool = False
+    added: frozenset[str] = frozenset()
+
+    @property
+    def questions(self) -> int:
+        return len(self.shadows) + len(self.plugins) + len(self.folders) + self.passwd
+
+    @property
+    def asked(self) -> list[str]:
+        """The paths the questions are about."""
+        return [path for path, _, _ in self.shadows] + self.plugins + self.folders + ["/etc/passwd"] * self.passwd
+
+
+def first_look(changes: Iterable[tuple[str, str]], surface: Surface) -> FirstLook:
+    """Judge the engine's list of `changes` (``(kind, path)``) against `surface` (see the
+    module docstring); what only the container can answer goes into the result's questions."""
+    kinds = {path: kind for kind, path in changes}
+    above = {parent for path in kinds for parent in _parents(path)}
+    look = FirstLook(added=frozenset(p for p, k in kinds.items() if k == "A"), passwd="/etc/passwd" in kinds)
+    targets = surface.targets
+    for path, kind in sorted(kinds.items()):
+        listed_below = path in above
+        guarded = any(_under(t, path) for t in targets) or surface.python_folder(path) > 0
+        if listed_below and kind == "C":
+            # A folder listed because something in it changed: that is what is judged (and,
+            # for a protected folder, its type, owner and mode).
+            if guarded:
+                look.folders.append(path)
+            continue
+        if _static(path, kind, kinds, surface) or (
+            # A protected folder (or one above it) replaced, e.g. by a link, or changed in its
+            # owner or mode with nothing in it changed.
+            guarded and not listed_below and (kind != "A" or not surface.package_folder(path))
+        ):
+            look.tampered.append(path)
+            continue
+        if guarded and kind == "A":
+            look.folders.append(path)
+        _questions(look, path, kind, kinds, surface)
+    return look
+
+
+def _static(path: str, kind: str, kinds: Mapping[str, str], surface: Surface) -> bool:
+    """Whether the change of `path` alone makes the verification untrustworthy."""
+    name, parent = posixpath.basename(path), posixpath.dirname(path)
+    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *LIBRARY_FOLDERS, *surface.whole_folders, *surface.named_files)
+    if any(_under(path, f) for f in protected):
+        return True
+    if path in PYTEST_ROOT_FILES or _USER_SITE.search(path) or surface.python_lib(path):
+        return True
+    if any(name == m or name.startswith(m + ".") for m in PYTHON_START_MODULES):
+        return True
+    if kind != "A" and _SHARED_LIBRARY.search(name) and _under(path, "/usr/local/lib"):
+        # A library of the image's where the loader's cache may find it (Debian's
+        # ld.so.conf names /usr/local/lib): changed, every program linked to it runs it.
+        return True
+    package = surface.package(path)
+    if package is not None:
+        folder, top = package
+        if name.endswith(".pth") and parent == folder:
+            return True
+        if top == "__pycache__":
+            # Byte code of a top-level module: the agent's own module's, or tampering.
+            source = name.split(".")[0]
+            return path != f"{folder}/__pycache__" and kinds.get(f"{folder}/{source}.py") != "A"
+        if kinds.get(f"{folder}/{top}") != "A" or kind != "A":
+            # A package the image installed, changed (or something added into it).
+            return True
+    if parent in surface.user_path:
+        return any(fnmatch.fnmatchcase(name, p) for p in (*START_PROGRAMS, *INTERPRETERS))
+    return False
+
+
+def _questions(look: FirstLook, path: str, kind: str, kinds: Mapping[str, str], surface: Surface) -> None:
+    name, parent = posixpath.basename(path), posixpath.dirname(path)
+    if parent in surface.user_path:
+        ask: list[str] = []
+        for folder in surface.path[surface.path.index(parent) + 1:]:
+            other = f"{folder}/{name}"
+            if kinds.get(other) in ("C", "D"):
+                # The image has it there: the entry shadows it.
+                look.tampered.append(path)
+                return
+            if other not in kinds:
+                ask.append(shlex.quote(other))
+        if ask:
+            look.shadows.append((path, parent, ask))
+        return
+    package = surface.package(path)
+    if kind != "A" or (package is None and parent not in surface.python_path):
+        return
+    if _PYTEST_PLUGIN.search(path):
+        look.plugins.append(path)
+    module = name.split(".")[0]
+    top = package is None or path == "/".join(package)
+    if top and _MODULE.match(module) and module != "__pycache__":
+        look.shadows.append((path, package[0] if package is not None else parent, surface.module_globs(module)))
+
+
+def second_look_script(look: FirstLook) -> str:
+    """A bash script for the container started again (its bash and coreutils known to be the
+    image's): its output answers `look`'s questions, records separated by NUL bytes."""
+    lines = ["shopt -s nullglob", "__tamper_e() { for p in \"$@\"; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then printf '%s\\0' \"$p\"; fi; done; }"]
+    for index, (_, _, asked) in enumerate(look.shadows):
+        lines.append(f"printf 'S{index}\\0'; __tamper_e {' '.join(asked)}")
+    for index, path in enumerate(look.plugins):
+        lines.append(
+            # At most 64 KiB of a plain file: a pipe or an endless file planted there cannot hold it up.
+            f"if [ -f {shlex.quote(path)} ]; then while IFS= read -r l; do if [[ $l == '[pytest11]'* ]]; then "
+            f"printf 'P{index}\\0'; break; fi; done < <(/usr/bin/head -c 65536 -- {shlex.quote(path)}); fi"
+        )
+    if look.folders:
+        lines.append("printf 'F\\0'; /usr/bin/stat --printf '%f %u %g %n\\0' -- "
+                     + " ".join(shlex.quote(f) for f in look.folders) + " 2>/dev/null")
+    if look.passwd:
+        lines.append(
+            "while IFS=: read -r n _ u _; do if [ \"$n\" != root ] && [[ $u =~ ^0+$ ]]; then printf 'U\\0'; fi; "
+            "done 2>/dev/null < /etc/passwd"
+        )
+    lines.append("printf 'END\\0'")
+    return "\n".join(lines) + "\n"
+
+
+def second_look(look: FirstLook, output: bytes) -> list[str]:
+    """The paths `second_look_script`'s `output` shows tampered with (added to what the first
+    look found). `ValueError` when the output is not the script's whole answer."""
+    records = output.decode("utf-8", "surrogateescape").split("\0")
+    if records[-2:] != ["END", ""]:
+        raise ValueError("the second look's answer is cut short")
+    tampered: list[str] = []
+    current: str | None = None
+    for record in records[:-2]:
+        if record.startswith("S") and record[1:].isdigit():
+            current = record
+            continue
+        if record.startswith("P") and record[1:].isdigit():
+            tampered.append(look.plugins[int(record[1:])])
+        elif record == "U":
+            tampered.append("/etc/passwd")
+        elif record == "F":
+            current = "F"
+        elif current == "F":
+            mode, uid, gid, folder = record.split(" ", 3)
+            bits = int(mode, 16)
+            if not stat.S_ISDIR(bits) or bits & 0o002 or (bits & 0o020 and gid != "0") or uid != "0":
+                tampered.append(folder)
+        elif current is not None and current.startswith("S"):
+            path, folder, _ = look.shadows[int(current[1:])]
+            if record not in look.added and not _under(record, folder) and path not in tampered:
+                tampered.append(path)
+    return tampered
+
+
+# ---------------------------------------------------------------- in a container
+
+#: Of the paths found, how many the verdict names (the server's debug log names them all).
+SHOWN = 20
+_image_env: dict[str, dict[str, str]] = {}
+
+
+def container_env(sandbox: ContainerSandbox) -> dict[str, str]:
+    """The environment the container's processes start with, as the engine has it (the
+    image's, fixed when the container was made: nothing inside can change it); the same for
+    every container of an image, so asked once per image."""
+    found = _image_env.get(sandbox.image)
+    if found is None:
+        listed = sandbox.engine.call(["inspect", "--format", "{{json .Config.Env}}", sandbox.id], timeout=ENGINE_CALL_S)
+        found = {key: value for key, _, value in (item.partition("=") for item in json.loads(listed.stdout) or ())}
+        _image_env[sandbox.image] = found
+    return found
+
+
+def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float) -> list[str]:
+    """Stop every process of `sandbox`, and list what the agent changed that the verification
+    depends on (`env`: variables the tests get beside the container's own). The container is
+    started again (only the image's programs running) when the first look finds nothing, and
+    left stopped when it does. The paths, a folder standing for what it holds; [] when none.
+    `ContainerError` when the engine or the second look fails."""
+    look = first_look(sandbox.changes(stop=True, timeout=timeout_s), Surface.of({**container_env(sandbox), **env}))
+    if look.tampered:
+        return _leaves(look.tampered)
+    sandbox.stop_processes()
+    if look.questions > MAX_QUESTIONS:
+        return _leaves(look.asked)
+    if not look.questions:
+        return []
+    run = sandbox.bash(second_look_script(look), timeout=timeout_s)
+    try:
+        return _leaves(second_look(look, run.stdout))
+    except ValueError:
+        raise ContainerError(
+            f"the check of the agent's changes got no whole answer from the container (exit status {run.returncode}"
+            f"{', timed out' if run.timed_out else ''})"
+        ) from None
+
+
+def _leaves(paths: Iterable[str]) -> list[str]:
+    """`paths` sorted, without those that hold another of them (the deepest say what changed)."""
+    unique = set(paths)
+    holding = {parent for path in unique for parent in _parents(path)}
+    return sorted(unique - holding)
+
+
+def describe(paths: Sequence[str]) -> str:
+    """One line saying why the tests were not run."""
+    shown = ", ".join(p if p.isprintable() else ascii(p) for p in paths[:3])
+    more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+    return f"the tests were not run: the agent changed what the verification runs: {shown}{more}"

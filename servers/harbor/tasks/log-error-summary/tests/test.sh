@@ -1,0 +1,21 @@
+#!/bin/bash
+# Verifier of log-error-summary: the report must list exactly the expected "<count> <code>" lines
+# in the expected order. Spacing, CR line ends and a missing final newline are forgiven; the
+# expected report travels with the tests (the counts were taken from the logs the image ships).
+set -u
+reward=0
+trap 'echo "$reward" > /logs/verifier/reward.txt' EXIT
+
+report=/root/error_report.txt
+if [ ! -f "$report" ]; then
+    echo "no $report"
+    exit 0
+fi
+normalised=$(tr -d '\r' < "$report" | awk 'NF { $1 = $1; print }')
+expected=$(cat /tests/expected_report.txt)
+if [ "$normalised" == "$expected" ]; then
+    reward=1
+else
+    echo "report differs from the expected one:"
+    diff <(printf '%s\n' "$expected") <(printf '%s\n' "$normalised") | head -20
+fi

@@ -1,0 +1,1 @@
+touch /app/a.txt /app/b.txt

@@ -1,0 +1,385 @@
+"""An agent that replaces what the verification runs scores 0.0, with the paths named.
+
+The verifier runs a task's tests in the agent's container (Harbor's design), so before it runs
+them it asks the container engine what the agent changed relative to the image (read from the
+engine's storage on the host, with every process of the container stopped) and refuses to run
+them when a change touches a program, library or Python start-up file the verification uses.
+
+The rules first, on the engine's list alone (no container); then one server for the module
+(real podman containers), serving a small task on the Python base
+image, whose tests run ``grep``, ``timeout`` and ``python3``, and a copy of the shipped task
+fix-snapshot-script (its oracle edits /usr/local/bin/snapshot.sh, which must stay allowed).
+Each attack is an agent that never does the task but plants a program or start-up file that,
+when the verification runs it, does the task's work (writes /app/greeting.txt): without the
+check each of them scores 1.0.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+
+from envsdk.sandbox.container import ContainerProvider
+from envsdk.testing import free_port, running_server, stop_process, wait_healthy
+from servers.harbor import (
+    HarborEnvironment,
+    HarborLimits,
+    HarborTasks,
+    create_harbor_app,
+    verify,
+)
+from servers.harbor.start_harbor_server import build_parser
+from servers.harbor.tamper import Surface, first_look, second_look, second_look_script
+from tests._containers import container_engine, container_provider, requires_containers  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.timeout(300)
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+LIMITS = HarborLimits(command_timeout_s=20.0, max_verifier_timeout_s=30.0, max_memory_mb=512, max_storage_mb=512)
+
+TASK_TOML = """version = "1.0"
+
+[verifier]
+timeout_sec = 30.0
+
+[agent]
+timeout_sec = 120.0
+
+[environment]
+build_timeout_sec = 120.0
+cpus = 1
+memory_mb = 256
+storage_mb = 256
+"""
+# grep first (it counts for the log), then python3 under timeout, then grep again: a program
+# the agent replaced runs before anything reads the file it writes.
+TEST_SH = """#!/bin/bash
+reward=0
+trap 'echo "$reward" > /logs/verifier/reward.txt' EXIT
+echo "greeting: $(grep -c '' /app/greeting.txt 2>/dev/null || echo no) line(s)"
+timeout 10 python3 /tests/check.py; by_python=$?
+grep -qx hello /app/greeting.txt; by_grep=$?
+if [ "$by_python" = 0 ] && [ "$by_grep" = 0 ]; then
+    reward=1
+fi
+"""
+CHECK_PY = """import sys
+try:
+    with open("/app/greeting.txt") as f:
+        sys.exit(0 if f.read() == "hello\\n" else 1)
+except OSError:
+    sys.exit(1)
+"""
+# What every planted program does when the verification runs it: the task's work.
+WORK = "printf 'hello\\n' > /app/greeting.txt"
+WORK_PY = "open('/app/greeting.txt', 'w').write('hello\\n')"
+USER_SITE = "/root/.local/lib/python3.11/site-packages"
+
+
+def _wrapper(path: str, real: str, *, first: str = "") -> str:
+    """A command line that replaces `path` by a dash script doing the task's work, then running
+    `real` (so everything else still works)."""
+    script = f"#!/bin/dash\n{first}{WORK}\nexec {real} \"$@\"\n"
+    return f"cat > /tmp/w <<'EOF'\n{script}EOF\nchmod 755 /tmp/w && mv -f /tmp/w {path}"
+
+
+# name: (the agent's command line, the paths `tampered` must name)
+ATTACKS: dict[str, tuple[str, list[str]]] = {
+    # Through the merged-usr link: /bin is usr/bin.
+    "bash": ("cp /usr/bin/bash /opt/real-bash && " + _wrapper("/bin/bash", "/opt/real-bash"), ["/usr/bin/bash"]),
+    "python3": (_wrapper("/usr/bin/python3", "/usr/bin/python3.11"), ["/usr/bin/python3"]),
+    "sitecustomize in the standard library": (
+        f"rm /usr/lib/python3.11/sitecustomize.py && echo \"{WORK_PY}\" > /usr/lib/python3.11/sitecustomize.py",
+        ["/usr/lib/python3.11/sitecustomize.py"],
+    ),
+    "usercustomize in ~/.local": (
+        f"mkdir -p {USER_SITE} && echo \"{WORK_PY}\" > {USER_SITE}/usercustomize.py",
+        [f"{USER_SITE}/usercustomize.py"],
+    ),
+    "a .pth file": (
+        f"echo \"import os; {WORK_PY}\" > /usr/local/lib/python3.11/dist-packages/zz-greet.pth",
+        ["/usr/local/lib/python3.11/dist-packages/zz-greet.pth"],
+    ),
+    "ld.so.preload": ("echo /opt/nothing.so > /etc/ld.so.preload", ["/etc/ld.so.preload"]),
+    "ld.so.conf.d": ("echo /opt/libs > /etc/ld.so.conf.d/zz.conf", ["/etc/ld.so.conf.d/zz.conf"]),
+    "/usr/local/bin/python3": (_wrapper("/usr/local/bin/python3", "/usr/bin/python3.11"), ["/usr/local/bin/python3"]),
+    "/usr/local/bin/grep": (_wrapper("/usr/local/bin/grep", "/usr/bin/grep"), ["/usr/local/bin/grep"]),
+    "/usr/local/bin/timeout": (_wrapper("/usr/local/bin/timeout", "/usr/bin/timeout"), ["/usr/local/bin/timeout"]),
+    # The container's first process starts `sleep` when it starts again: this one removes
+    # itself at once, so a look taken after the restart would find nothing.
+    "a sleep that erases itself": (
+        _wrapper("/usr/local/bin/sleep", "/usr/bin/sleep", first="rm -f /usr/local/bin/sleep\n"),
+        ["/usr/local/bin/sleep"],
+    ),
+    # What the second look finds in the container started again.
+    "nobody given uid 0": ("sed -i 's/^nobody:x:65534:/nobody:x:0:/' /etc/passwd", ["/etc/passwd"]),
+    "a /usr/local/bin anyone may write to": ("chmod 777 /usr/local/bin && touch /usr/local/bin/mine", ["/usr/local/bin"]),
+    "/usr/local/bin replaced by a link": (
+        "mkdir /opt/bin && cp -a /usr/local/bin/. /opt/bin/ && rm -rf /usr/local/bin && ln -s /opt/bin /usr/local/bin",
+        ["/usr/local/bin"],
+    ),
+    "a module that shadows an installed one": (
+        "mkdir /usr/local/lib/python3.11/dist-packages/pip && touch /usr/local/lib/python3.11/dist-packages/pip/__init__.py",
+        ["/usr/local/lib/python3.11/dist-packages/pip"],
+    ),
+}
+
+# ---------------------------------------------------------------- the rules, on the engine's list
+
+DEFAULT = Surface.of({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+SITE = "/usr/local/lib/python3.11/site-packages"
+
+
+def _tampered(changes: list[tuple[str, str]], surface: Surface = DEFAULT) -> list[str]:
+    return first_look(changes, surface).tampered
+
+
+@pytest.mark.parametrize(("changes", "found"), [
+    ([("C", "/usr/bin/bash")], ["/usr/bin/bash"]),
+    ([("A", "/usr/lib/x86_64-linux-gnu/libevil.so")], ["/usr/lib/x86_64-linux-gnu/libevil.so"]),
+    ([("C", "/bin")], ["/bin"]),  # the merged-usr link itself
+    ([("C", "/etc/ld.so.cache"), ("A", "/etc/ld.so.conf.d/x.conf")], ["/etc/ld.so.cache", "/etc/ld.so.conf.d/x.conf"]),
+    ([("C", "/etc/python3.11/sitecustomize.py")], ["/etc/python3.11/sitecustomize.py"]),
+    ([("A", "/app/usercustomize.cpython-311-x86_64-linux-gnu.so")], ["/app/usercustomize.cpython-311-x86_64-linux-gnu.so"]),
+    ([("A", "/root/.local/lib/python3.11/site-packages/pytest.py")], ["/root/.local/lib/python3.11/site-packages/pytest.py"]),
+    ([("A", "/home/x/.local/lib/python3.11/site-packages/json.py")], ["/home/x/.local/lib/python3.11/site-packages/json.py"]),
+    ([("A", f"{SITE}/x.pth")], [f"{SITE}/x.pth"]),
+    ([("A", "/pytest.ini"), ("A", "/conftest.py")], ["/conftest.py", "/pytest.ini"]),
+    ([("C", "/usr/share/perl/5.36/strict.pm"), ("A", "/etc/perl/strict.pm")], ["/etc/perl/strict.pm", "/usr/share/perl/5.36/strict.pm"]),
+    ([("A", "/usr/local/sbin/bash"), ("A", "/usr/local/bin/python3.12"), ("A", "/usr/local/bin/pytest")],
+     ["/usr/local/bin/pytest", "/usr/local/bin/python3.12", "/usr/local/sbin/bash"]),
+    # The stock Python images: the standard library and libpython under /usr/local.
+    ([("C", "/usr/local/lib/python3.11/json/__init__.py")], ["/usr/local/lib/python3.11/json/__init__.py"]),
+    ([("C", "/usr/local/lib/libpython3.11.so.1.0")], ["/usr/local/lib/libpython3.11.so.1.0"]),
+    ([("C", "/usr/local/lib/libfoo.so.1.2"), ("A", "/usr/local/lib/libmine.so")], ["/usr/local/lib/libfoo.so.1.2"]),
+    # A package the image installed: changed, added into, its byte code written.
+    ([("C", f"{SITE}/pytest/__init__.py")], [f"{SITE}/pytest/__init__.py"]),
+    ([("A", f"{SITE}/_pytest/evil.py")], [f"{SITE}/_pytest/evil.py"]),
+    ([("D", f"{SITE}/six.py")], [f"{SITE}/six.py"]),
+    ([("A", f"{SITE}/__pycache__/six.cpython-311.pyc")], [f"{SITE}/__pycache__/six.cpython-311.pyc"]),
+    # A program of the image in a later PATH folder, known from the list itself.
+    ([("A", "/usr/local/sbin/report"), ("C", "/usr/local/bin/report")], ["/usr/local/sbin/report"]),
+    # A protected folder replaced (a link), or changed with nothing in it changed.
+    ([("C", "/usr/local/bin")], ["/usr/local/bin"]),
+    ([("C", "/usr/local")], ["/usr/local"]),
+    ([("C", "/usr/local/lib/python3.11/site-packages")], ["/usr/local/lib/python3.11/site-packages"]),
+])
+def test_the_first_look_finds_what_the_list_alone_shows(changes: list[tuple[str, str]], found: list[str]) -> None:
+    parents = {("C", p) for _, path in changes for p in ("/usr", "/usr/local", "/usr/local/lib") if path.startswith(p + "/")}
+    assert _tampered(changes + sorted(parents)) == found
+
+
+def test_what_the_container_environment_names_is_protected() -> None:
+    surface = Surface.of({
+        "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64",
+        "BASH_ENV": "/etc/bash_env", "PYTHONPATH": "/srv/lib", "LD_PRELOAD": "/opt/hook.so",
+    })
+    changes = [
+        ("A", "/opt/cuda/lib64/libc.so.6"), ("C", "/etc/bash_env"), ("C", "/opt/hook.so"),
+        ("C", "/opt/venv/pyvenv.cfg"), ("A", "/opt/venv/lib/python3.11/site-packages/zz.pth"),
+        ("A", "/opt/venv/bin/python3"),
+        ("A", "/app/venv/lib/python3.11/site-packages/zz.pth"),  # a venv the tests' PATH does not name
+    ]
+    assert _tampered(changes, surface) == [
+        "/etc/bash_env", "/opt/cuda/lib64/libc.so.6", "/opt/hook.so", "/opt/venv/bin/python3",
+        "/opt/venv/lib/python3.11/site-packages/zz.pth", "/opt/venv/pyvenv.cfg",
+    ]
+    look = first_look([("A", "/srv/lib/json.py")], surface)
+    assert look.tampered == [] and [path for path, _, _ in look.shadows] == ["/srv/lib/json.py"]
+
+
+def test_new_names_and_the_agents_own_work_are_left_to_the_tests() -> None:
+    changes = [
+        ("C", "/usr"), ("C", "/usr/local"), ("C", "/usr/local/bin"), ("C", "/usr/local/bin/snapshot.sh"),
+        ("A", "/usr/local/bin/greet"), ("C", "/usr/local/lib"), ("C", "/usr/local/lib/python3.11"), ("C", SITE),
+        ("A", f"{SITE}/greetlib.py"), ("A", f"{SITE}/__pycache__"), ("A", f"{SITE}/__pycache__/greetlib.cpython-311.pyc"),
+        ("A", f"{SITE}/mine"), ("A", f"{SITE}/mine/__init__.py"), ("A", f"{SITE}/mine-1.0.dist-info"),
+        ("A", f"{SITE}/mine-1.0.dist-info/entry_points.txt"),
+        ("C", "/etc"), ("C", "/etc/passwd"), ("C", "/etc/group"), ("A", "/home/deploy"), ("A", "/run/envsdk"),
+        ("C", "/app"), ("C", "/app/ledger.py"), ("A", "/app/__pycache__"), ("A", "/app/venv/lib/python3.11/site-packages/pip"),
+    ]
+    look = first_look(changes, DEFAULT)
+    assert look.tampered == []
+    # What only the container can answer: does the image have these names further on?
+    assert [(path, folder) for path, folder, _ in look.shadows] == [
+        ("/usr/local/bin/greet", "/usr/local/bin"), ("/usr/local/bin/snapshot.sh", "/usr/local/bin"),
+        (f"{SITE}/greetlib.py", SITE), (f"{SITE}/mine", SITE),
+    ]
+    assert look.plugins == [f"{SITE}/mine-1.0.dist-info/entry_points.txt"] and look.passwd
+    assert look.folders == ["/usr", "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/lib/python3.11", SITE]
+
+
+def test_the_second_look_reads_the_containers_answer() -> None:
+    look = first_look([("C", "/usr/local/bin"), ("A", "/usr/local/bin/grep"), ("A", "/usr/local/bin/greet"),
+                       ("C", "/etc/passwd")], DEFAULT)
+    script = second_look_script(look)
+    assert " /usr/bin/grep " in script and "/etc/passwd" in script
+    answer = b"S0\0S1\0/usr/bin/grep\0F\0" + b"41ed 0 0 /usr/local/bin\0END\0"
+    assert second_look(look, answer) == ["/usr/local/bin/grep"]
+    for mode, uid, gid in (("41ff", "0", "0"), ("a1ff", "0", "0"), ("41fd", "0", "50"), ("41ed", "1000", "0")):
+        assert second_look(look, f"F\0{mode} {uid} {gid} /usr/local/bin\0END\0".encode()) == ["/usr/local/bin"]
+    assert second_look(look, b"U\0END\0") == ["/etc/passwd"]
+    with pytest.raises(ValueError, match="cut short"):
+        second_look(look, b"S0\0/usr/bin/grep\0")
+
+
+@pytest.mark.parametrize(("argv", "variable", "on"), [
+    ((), None, True),
+    (("--no-tamper-check",), None, False),
+    ((), "0", False),
+    ((), " Off ", False),
+    ((), "yes", True),
+    (("--no-tamper-check",), "1", False),  # the flag wins
+    ((), "maybe", None),  # main() says so as a usage error (exit 2)
+])
+def test_the_command_line_turns_the_check_off_by_flag_or_variable(
+    monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...], variable: str | None, on: bool | None,
+) -> None:
+    if variable is None:
+        monkeypatch.delenv("HARBOR_TAMPER_CHECK", raising=False)
+    else:
+        monkeypatch.setenv("HARBOR_TAMPER_CHECK", variable)
+    assert build_parser().parse_args(["--tasks", "x", *argv]).tamper_check is on
+
+
+# ---------------------------------------------------------------- in real containers
+
+
+@pytest.fixture(scope="module")
+def served(
+    container_provider: ContainerProvider, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+) -> Iterator[tuple[str, HarborTasks]]:
+    """A server of the greeting task and a copy of the shipped fix-snapshot-script, and its tasks."""
+    folder = tmp_path_factory.mktemp("tamper-tasks")
+    task = folder / "greeting"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "instruction.md").write_text("Write the line `hello` to /app/greeting.txt.\n")
+    (task / "task.toml").write_text(TASK_TOML)
+    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (task / "tests" / "test.sh").write_text(TEST_SH)
+    (task / "tests" / "check.py").write_text(CHECK_PY)
+    shutil.copytree(REPOSITORY / "servers" / "harbor" / "tasks" / "fix-snapshot-script", folder / "fix-snapshot-script")
+    app = create_harbor_app(folder, provider=container_provider, limits=LIMITS, max_concurrent_envs=4)
+    images = set(app.state.envsdk_harbor_tasks.images.values())
+    with running_server(app) as url:
+        yield url, app.state.envsdk_harbor_tasks
+    listed = container_provider.engine.call(["ps", "-a", "--format", "{{.Image}}"], timeout=60).stdout.decode()
+    assert not images & set(listed.split())
+
+
+@pytest.fixture
+def url(served: tuple[str, HarborTasks]) -> str:
+    return served[0]
+
+
+def _play(url: str, task: str, command: str) -> tuple[float, dict[str, Any], str]:
+    """One episode of `task`: the agent runs `command` (which must succeed), then submits; the
+    reward, the last observation's metadata and text."""
+    with GenericEnvClient(base_url=url).sync() as env:
+        env.reset(task=task)
+        ran = env.step({"tool": "bash", "command": command})
+        assert ran.observation["exit_code"] == 0, ran.observation["text"]
+        done = env.step({"tool": "submit"})
+        assert done.done
+        return float(done.reward or 0.0), done.observation["metadata"], done.observation["text"]
+
+
+@requires_containers
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_an_agent_that_replaces_what_the_verification_runs_scores_zero(url: str, attack: str) -> None:
+    command, paths = ATTACKS[attack]
+    reward, metadata, _ = _play(url, "greeting", command)
+    verifier = metadata["verifier"]
+    assert (reward, verifier.get("tampered")) == (0.0, paths), verifier
+    assert verifier["reason"].startswith("the tests were not run: the agent changed ")
+    assert paths[0] in verifier["reason"] and "\n" not in verifier["reason"]
+
+
+@requires_containers
+def test_an_honest_agent_scores_one_also_with_new_programs_and_modules_of_its_own(url: str) -> None:
+    # New names shadow nothing: a program of its own on the PATH, a Python module of its own,
+    # and Python run (which may write byte code next to the modules it imports).
+    command = (
+        f"{WORK} && printf '#!/bin/sh\\necho hi\\n' > /usr/local/bin/greet && chmod 755 /usr/local/bin/greet && "
+        "echo 'NAME = 1' > /usr/local/lib/python3.11/dist-packages/greetlib.py && "
+        "python3 -c 'import greetlib, json, decimal, sqlite3, csv' && greet"
+    )
+    reward, metadata, _ = _play(url, "greeting", command)
+    assert (reward, "tampered" in metadata["verifier"]) == (1.0, False), metadata["verifier"]
+
+
+@requires_containers
+def test_the_oracle_that_edits_a_program_in_usr_local_bin_still_scores_one(url: str) -> None:
+    solve = (REPOSITORY / "servers" / "harbor" / "tasks" / "fix-snapshot-script" / "solution" / "solve.sh").read_text()
+    reward, metadata, _ = _play(url, "fix-snapshot-script", solve)
+    assert (reward, "tampered" in metadata["verifier"]) == (1.0, False), metadata["verifier"]
+
+
+@requires_containers
+def test_without_the_check_the_agents_bash_writes_the_reward(served: tuple[str, HarborTasks]) -> None:
+    # What a server started with the check off (HarborTasks(tamper_check=False)) risks.
+    tasks = served[1]
+    task = tasks.task("greeting")
+    sandbox = tasks.provider.start(tasks.images["greeting"], limits=LIMITS.container_limits(task))
+    try:
+        assert sandbox.bash(ATTACKS["bash"][0]).returncode == 0
+        verdict = verify(sandbox, task, timeout_s=30.0, tamper_check=False)
+    finally:
+        sandbox.close()
+    assert (verdict.reward, verdict.tampered, verdict.exit_code) == (1.0, (), 0)
+
+
+@requires_containers
+def test_the_submit_tools_answer_says_why_the_tests_did_not_run(served: tuple[str, HarborTasks]) -> None:
+    env = HarborEnvironment(served[1])
+    try:
+        env.reset(task="greeting")
+        env.bash(ATTACKS["ld.so.preload"][0])
+        said = env.submit()
+    finally:
+        env.close()
+    assert said == (
+        "[episode over: submitted; reward 0 (the tests were not run: the agent changed what the verification runs: "
+        "/etc/ld.so.preload)]"
+    )
+    assert (env.state.reward, env.state.ended) == (0.0, "submit")
+
+
+@requires_containers
+@pytest.mark.timeout(240)
+def test_a_server_started_with_no_tamper_check_runs_the_tests_of_a_tampering_agent(
+    served: tuple[str, HarborTasks], tmp_path: Path,
+) -> None:
+    # The command as a user starts it, on the module's tasks (their images are built already).
+    url, tasks = served
+    assert httpx.get(f"{url}/health", timeout=10).json()["harbor"]["tamper_check"] is True
+    folder = tasks.task("greeting").path.parent
+    port = free_port()
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "servers.harbor", "--tasks", str(folder), "--port", str(port), "--no-tamper-check",
+             "--log-level", "warning", "--max-memory-mb", "512", "--max-storage-mb", "512"],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+        )
+    try:
+        off = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(server, off, 120, "python -m servers.harbor --no-tamper-check")
+        except RuntimeError as exc:
+            raise AssertionError(f"{exc}: {(tmp_path / 'server.log').read_text()[-2000:]}") from None
+        assert httpx.get(f"{off}/health", timeout=10).json()["harbor"]["tamper_check"] is False
+        # The agent's bash does the task's work when test.sh runs: nothing stops it now.
+        reward, metadata, _ = _play(off, "greeting", ATTACKS["bash"][0])
+        assert (reward, metadata["verifier"]) == (1.0, {"exit_code": 0, "timed_out": False})
+    finally:
+        stop_process(server, timeout_s=60)
