@@ -66,6 +66,7 @@ from envsdk.hack_probe.runner import HACK_ONLY, add_hack_arguments, run_hack_pro
 from envsdk.protocol import validation_errors, validation_message
 from envsdk.policies.scripted import GENERIC_REPLIES
 from envsdk.registry import envs, import_spec, load_plugins
+from envsdk.rewards.parts import TIMINGS
 from envsdk.schema_values import random_value
 from envsdk.types import Action, Observation, State
 
@@ -788,8 +789,16 @@ async def _reset_in_threads(factory: Callable[[], Any], seed: int, concurrency: 
 
 
 def _dump(value: Any) -> Any:
-    """A model's fields (for comparing what two instances showed), anything else as it is."""
-    return value.model_dump() if isinstance(value, BaseModel) else value
+    """A model's fields (for comparing what two instances showed) but the latencies its
+    metadata reports (``timings``: how long a step took differs from run to run, and is no part
+    of the episode), anything else as it is."""
+    if not isinstance(value, BaseModel):
+        return value
+    dumped = value.model_dump()
+    metadata = dumped.get("metadata")
+    if isinstance(metadata, dict) and TIMINGS in metadata:
+        dumped["metadata"] = {k: v for k, v in metadata.items() if k != TIMINGS}
+    return dumped
 
 
 def _state_dump(state: Any) -> Any:
@@ -871,7 +880,7 @@ async def _check_server_environment(
 
     with _judged(report):
         twin_first = await _call("reset.returns", "reset", _served(twin, "reset"), seed=seed, episode_id=_EPISODE_ID)
-        if twin_first != first:
+        if _dump(twin_first) != _dump(first):
             _fail(
                 "reset.seed_determinism",
                 f"two instances reset with seed {seed} gave {_describe(first)} and {_describe(twin_first)}",
@@ -896,7 +905,7 @@ async def _check_server_environment(
                 "reset.concurrent_seed_determinism", what, _reset_in_threads, factory, seed, concurrency,
                 crowd_s, within=crowd_s,
             )
-        differing = sum(1 for out in outs if out != first)
+        differing = sum(1 for out in outs if _dump(out) != _dump(first))
         _check_concurrent_resets(differing, concurrency, seed, report)
 
     action_type, observation_type = _step_types(env)
@@ -929,7 +938,7 @@ async def _check_server_environment(
                 with _judged(report):
                     guard.check("step")
                 twin_obs = await _call("step.returns", "step", _served(twin, "step"), action)
-                if twin_obs != obs:
+                if _dump(twin_obs) != _dump(obs):
                     report.failed.setdefault(
                         "step.seed_determinism",
                         f"at step {report.episode_steps + 1} two instances with seed {seed} answered"
@@ -1163,6 +1172,23 @@ async def check_env_async(
 #: Envs that `envsdk rollout --env NAME` serves itself rather than finding in the registry: the
 #: class check-env checks for each (imported by name: the library does not depend on servers/).
 SERVED_ENVS = {"sudoku": "servers.sudoku.environment:SudokuEnvironment"}
+#: The target that checks the Harbor tasks of ``--tasks DIR``, and what makes their environments
+#: (given the folder; imported by name, as `SERVED_ENVS`).
+HARBOR_TARGET = "harbor"
+_HARBOR_FACTORY = "servers.harbor.app:harbor_environment_factory"
+
+
+def harbor_environments(tasks: str) -> Callable[[], Any]:
+    """A zero-argument maker of Harbor environments playing the task folders of `tasks` (every
+    task's image built first, as the Harbor server does before it serves)."""
+    make: Callable[[str], Callable[[], Any]] = import_spec(_HARBOR_FACTORY)
+    environment = make(tasks)
+
+    def harbor() -> Any:
+        return environment()
+
+    harbor.__qualname__ = f"{HARBOR_TARGET} --tasks {tasks}"  # the report's name for it
+    return harbor
 
 
 def resolve_target(spec: str) -> Any:
@@ -1193,6 +1219,7 @@ def _json_action(text: str) -> dict[str, Any]:
 _CONTRACT_ONLY = {
     "external_plugins": "--external-plugins", "seed": "--seed", "max_steps": "--max-steps",
     "call_timeout": "--call-timeout", "replies": "--replies", "actions": "--action", "strict": "--strict",
+    "tasks": "--tasks",
 }
 _CONCURRENCY = 16
 
@@ -1215,7 +1242,13 @@ def add_check_env_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "target", nargs="?", default=None,
-        help="a registered env name, module:Class or path.py:Class (with --hacks: none, or coding)",
+        help="a registered env name, module:Class or path.py:Class, or harbor (with --tasks) (with --hacks: none, "
+        "or coding)",
+    )
+    parser.add_argument(
+        "--tasks", default=None, metavar="DIR",
+        help="with the target harbor: a folder of Harbor task folders, or one task folder, played in containers "
+        "(the seed picks the task, as on the Harbor server)",
     )
     parser.add_argument(
         "--external-plugins", "--external_plugins", dest="external_plugins", nargs="+",
@@ -1283,9 +1316,16 @@ def _judge(args: argparse.Namespace) -> int:
     except CheckOptionError as exc:
         print(f"envsdk check-env: error: {exc}", file=sys.stderr)
         return 2
+    if (args.target == HARBOR_TARGET) != (args.tasks is not None):
+        said = (
+            "the target harbor checks Harbor task folders: give --tasks DIR" if args.tasks is None
+            else f"--tasks names Harbor task folders, for the target harbor, not {args.target}: leave it out"
+        )
+        print(f"envsdk check-env: error: {said}", file=sys.stderr)
+        return 2
     try:
         load_plugins(args.external_plugins)
-        target = resolve_target(args.target)
+        target = harbor_environments(args.tasks) if args.tasks is not None else resolve_target(args.target)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a module may exit or fail while imported
         print(f"envsdk check-env: error: cannot load {args.target!r}: {_quote_exception(exc)}", file=sys.stderr)
         return 2

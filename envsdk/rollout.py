@@ -4,8 +4,8 @@
 `run_batches` runs dataset rows (`load_dataset`: ms-swift's ``messages`` + ``env_config``), one
 batch per environment. Both write every trajectory to ``completions.jsonl`` as it finishes
 (`envsdk.records`), show a progress bar, and return the trajectories with a `RolloutSummary`.
-Without a base URL they start what they need themselves: the Sudoku server in a background
-uvicorn on a free 127.0.0.1 port, or a local `Env` in-process. The command checks servers,
+Without a base URL they start what they need themselves: the Sudoku, coding or Harbor server
+in a background uvicorn on a free 127.0.0.1 port, or a local `Env` in-process. The command checks servers,
 token, capacity and the inference endpoint first (`envsdk.preflight`).
 """
 
@@ -37,7 +37,7 @@ from envsdk.errors import EnvNotFoundError
 from envsdk.evaluate import EVAL_KEY, add_eval_arguments, check_rollouts, finish_run, plan_run, resolve_run_options
 from envsdk.policies import POLICY_NAMES
 from envsdk.records import (
-    LockFileError, RecordForm, RecordsBusy, RecordsWritten, basis_labels, episode_components, hold_records, part_basis, mean_and_std, number_text, quantile, read_jsonl, success_text,
+    FORMAT_PENALTY_INFO, LockFileError, RecordForm, RecordsBusy, RecordsWritten, basis_labels, episode_components, finite_number, hold_records, part_basis, mean_and_std, number_text, quantile, read_jsonl, success_text,
 )
 from envsdk.schedulers import (
     GYMScheduler,
@@ -48,7 +48,7 @@ from envsdk.schedulers import (
     Trajectory,
     TrajectoryWriter,
 )
-from envsdk.schedulers.base import CUT_RULE_TEXT, CUT_RULES, DEFAULT_CUT_RULE, CutRule
+from envsdk.schedulers.base import CUT_REPLIES_INFO, CUT_RULE_TEXT, CUT_RULES, DEFAULT_CUT_RULE, CutRule
 from envsdk.schedulers.sudoku import DEFAULT_HINTS, HINT_LEVELS, check_hints
 
 __all__ = [
@@ -74,8 +74,14 @@ _T = TypeVar("_T")
 
 SUDOKU = "sudoku"
 CODING = "coding"
+HARBOR = "harbor"
 #: Envs whose server `run_batches` starts here when no base URL is given.
-EMBEDDED = (SUDOKU, CODING)
+EMBEDDED = (SUDOKU, CODING, HARBOR)
+#: The names a Harbor server goes by: ``--env harbor``, and the one its ``/metadata`` gives.
+HARBOR_NAMES = (HARBOR, "HarborEnvironment")
+#: Turns of a Harbor episode at most unless --max-turns says otherwise: the Harbor server's
+#: default step limit, so that its limit (which runs the verifier) ends an episode first.
+HARBOR_MAX_TURNS = 100
 # One server's base URL, or several (a pool; a string may also name a pool or a replicas file).
 BaseUrls = str | list[str]
 
@@ -118,6 +124,9 @@ class RolloutSummary:
     #: (``--cut-replies``; None where it is not known).
     cut: int = 0
     cut_rule: str | None = None
+    #: The format penalties the cut episodes got under the ``penalty`` rule, each value once
+    #: (an env's own: Sudoku −1.0, a local `Env` 0.0), stated beside the rule.
+    cut_penalties: tuple[float, ...] = ()
     #: What each component's episode value is (`envsdk.records.basis_labels`: ``summed over 3 steps``).
     component_bases: dict[str, str] = field(default_factory=dict)
 
@@ -161,6 +170,8 @@ class RolloutSummary:
     def _cut_text(self) -> str:
         rule = self.cut_rule
         said = f"--cut-replies {rule}: {CUT_RULE_TEXT[rule]}" if rule in CUT_RULE_TEXT else f"--cut-replies {rule}"
+        if self.cut_penalties:
+            said += ": " + " or ".join(map(number_text, self.cut_penalties))
         return f"{self.cut} of {self.episodes}" + (f" ({said})" if rule else "")
 
     def _success_text(self) -> str:
@@ -182,15 +193,19 @@ class EpisodeFacts(NamedTuple):
     truncated: bool = False
     #: How each component's value is made from its step values (`envsdk.records.part_basis`).
     bases: dict[str, tuple[frozenset[str], int]] | None = None
+    #: The format penalty a cut reply got under the ``penalty`` rule, else None.
+    cut_penalty: float | None = None
 
     @classmethod
     def of(cls, trajectory: Trajectory) -> EpisodeFacts:
         t = trajectory
         components = episode_components(t)
         bases = {name: part_basis(value, [s.components.get(name) for s in t.steps]) for name, value in components.items()}
+        infos = t.rollout_infos
+        penalised = t.truncated and infos.get(CUT_REPLIES_INFO) == "penalty"
         return cls(
             t.status, t.reason, t.error_kind, t.success, t.total_reward, components, t.turns, len(t.steps),
-            t.truncated, bases,
+            t.truncated, bases, finite_number(infos.get(FORMAT_PENALTY_INFO)) if penalised else None,
         )
 
 
@@ -222,6 +237,7 @@ def summarize(
         errors=dict(Counter(f.error_kind or "unknown" for f in facts if f.status == "error")),
         cut=sum(1 for f in facts if f.truncated),
         cut_rule=cut_rule,
+        cut_penalties=tuple(sorted({f.cut_penalty for f in facts if f.cut_penalty is not None})),
         component_bases=basis_labels(
             {name: [f.bases[name] for f in facts if f.bases is not None and name in f.bases] for name in components}
         ),
@@ -324,10 +340,11 @@ def check_env_config(env: str, config: dict[str, Any], *, on_server: bool, where
         return
     close = difflib.get_close_matches(unknown[0], sorted(accepted), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    # A key close to an accepted one is a typo of it, not an option of the server's reset.
     server_hint = (
         '; options of the server\'s reset go in {"reset_kwargs": {...}}, e.g. '
         f'{{"reset_kwargs": {{{json.dumps(unknown[0])}: {json.dumps(config[unknown[0]])}}}}}'
-        if on_server else ""
+        if on_server and not close else ""
     )
     raise UsageError(
         f"{where}: {env} reads no env_config key {', '.join(map(repr, unknown))}{hint}; accepted: "
@@ -439,6 +456,8 @@ def _make_scheduler(
     scheduler: str | None,
     formatter: str | None,
 ) -> MultiTurnScheduler:
+    if max_turns is None and env in HARBOR_NAMES:
+        max_turns = HARBOR_MAX_TURNS
     turns: dict[str, Any] = {"max_turns": max_turns} if max_turns is not None else {}
     shown: dict[str, Any] = {"formatter": formatter} if formatter is not None else {}
     if scheduler is not None:
@@ -507,9 +526,12 @@ def make_requests(
 
 
 @contextlib.contextmanager
-def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> Iterator[BaseUrls | None]:
-    """The base URL to use: the given one, a server started here (Sudoku, or an `Environment`
-    class named with ``--env module:Class``), or None (a local env, played in-process)."""
+def _embedded_server(
+    env: str, base_url: BaseUrls | None, concurrency: int, harbor_tasks: str | Path | None = None
+) -> Iterator[BaseUrls | None]:
+    """The base URL to use: the given one, a server started here (Sudoku, coding, Harbor's
+    serving the task folders `harbor_tasks`, or an `Environment` class named with ``--env
+    module:Class``), or None (a local env, played in-process)."""
     if base_url is not None or (env not in EMBEDDED and env not in _SERVED_HERE):
         yield base_url
         return
@@ -532,6 +554,8 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
         from servers.coding.app import create_coding_app
 
         app = create_coding_app(max_concurrent_envs=capacity, warm=capacity)
+    elif env == HARBOR:
+        app = _harbor_app(harbor_tasks, capacity)
     else:
         from servers.sudoku.app import BoardPool, create_sudoku_app
 
@@ -542,6 +566,31 @@ def _embedded_server(env: str, base_url: BaseUrls | None, concurrency: int) -> I
         app = create_sudoku_app(max_concurrent_envs=capacity, board_pool=boards)
     with stop_after, running_server(app) as url:
         yield url
+
+
+def _harbor_app(tasks: str | Path | None, capacity: int) -> Any:
+    """The Harbor server's app for the task folders `tasks` (every task's image built first,
+    cached by content); `UsageError` when there are none, or no container engine can run them."""
+    if tasks is None:
+        raise UsageError(f"--env harbor plays Harbor task folders here: give {_HARBOR_TASKS_HINT}")
+    from envsdk.sandbox import SandboxError
+    from servers.harbor.app import create_harbor_app
+
+    print(
+        f"envsdk rollout: starting a Harbor server for {tasks} (each task's image is built the first time)",
+        file=sys.stderr,
+    )
+    try:
+        return create_harbor_app(tasks, max_concurrent_envs=capacity)
+    except SandboxError as exc:
+        raise UsageError(f"--env harbor: cannot run the tasks of {tasks} here: {_one_line(exc)}") from None
+
+
+#: How to give Harbor's tasks, in the messages that ask for them.
+_HARBOR_TASKS_HINT = (
+    "--tasks DIR (a folder of Harbor task folders, or one task folder; the repository's are in "
+    "servers/harbor/tasks), or --base-url of a running `python -m servers.harbor --tasks DIR`"
+)
 
 
 async def _enter_off_loop(stack: contextlib.AsyncExitStack, manager: contextlib.AbstractContextManager[_T]) -> _T:
@@ -569,12 +618,14 @@ async def _enter_off_loop(stack: contextlib.AsyncExitStack, manager: contextlib.
 
 @dataclass
 class Batch:
-    """Rows that one scheduler runs with one policy."""
+    """Rows that one scheduler runs with one policy (`harbor_tasks`: the task folders the
+    Harbor server started for them serves, when they play ``harbor`` without a base URL)."""
 
     env: str
     requests: list[RolloutRequest]
     policy: Policy
     base_url: BaseUrls | None = None
+    harbor_tasks: str | Path | None = None
 
 
 async def run_batches(
@@ -682,7 +733,7 @@ async def run_batches(
         for batch in batches:
             # Starting a server and asking one what it serves block for seconds: in worker
             # threads, so that the caller's event loop (a trainer's) keeps running meanwhile.
-            url = await _enter_off_loop(stack, _embedded_server(batch.env, batch.base_url, concurrency))
+            url = await _enter_off_loop(stack, _embedded_server(batch.env, batch.base_url, concurrency, batch.harbor_tasks))
             if url is not None and batch.base_url is None:
                 for request in batch.requests:
                     request.data_dict.setdefault("env_config", {})["base_url"] = url
@@ -756,14 +807,16 @@ async def run_rollouts(
     env_config: dict[str, Any] | None = None,
     cut_replies: CutRule | None = None,
     cut_penalty: float | None = None,
+    harbor_tasks: str | Path | None = None,
 ) -> RolloutReport:
     """Run `episodes` episodes of `env` (seeds `seed`…, `env_config` added to every row's) with
     `policy`, at most `concurrency` at once; see `run_batches`. `cut_replies` and `cut_penalty`:
     what a reply cut by the length limit gets (`envsdk.schedulers.base.CutRule`; default: the
-    scheduler's own, ``penalty`` unless it was made otherwise)."""
+    scheduler's own, ``penalty`` unless it was made otherwise). `harbor_tasks`: the task
+    folders of ``harbor`` played without a base URL (seed i plays the i-th by name)."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    batch = Batch(env, make_requests(env, episodes, seed, base_url, env_config), policy, base_url)
+    batch = Batch(env, make_requests(env, episodes, seed, base_url, env_config), policy, base_url, harbor_tasks)
     return await run_batches(
         [batch], concurrency=concurrency, max_turns=max_turns, out=out, record=record,
         progress=progress, scheduler=scheduler, finished=finished, cut_replies=cut_replies, cut_penalty=cut_penalty,
@@ -845,10 +898,17 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
         "name or a --replicas-file; without it the env is started here",
     )
     parser.add_argument(
+        "--tasks", default=None, metavar="DIR",
+        help="harbor: a folder of Harbor task folders, or one task folder, served here for the run (without "
+        "--base-url); the oracle plays their solution/solve.sh (with --base-url, give the folder the server serves). "
+        "Every task plays once unless --episodes or --limit says how many",
+    )
+    parser.add_argument(
         "--policy",
         default="auto",
-        help=f"{', '.join(POLICY_NAMES)}, or 'module:Class' / 'file.py:Class' naming a policy made with "
-        "no arguments (default auto: the oracle for sudoku, frozen_lake and coding, random replies otherwise)",
+        help=f"{', '.join(POLICY_NAMES)} (the do-nothing agent), or 'module:Class' / 'file.py:Class' naming a "
+        "policy made with no arguments (default auto: the oracle for sudoku, frozen_lake, coding and harbor with "
+        "--tasks, random replies otherwise)",
     )
     parser.add_argument(
         "--scheduler", default=None,
@@ -925,7 +985,8 @@ def add_rollout_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=8, help="episodes played at once")
     parser.add_argument(
         "--max-turns", type=int, default=None,
-        help="turns per episode at most (default: the scheduler's; coding: 1, a single attempt with no test feedback)",
+        help="turns per episode at most (default: the scheduler's; coding: 1, a single attempt with no test feedback; "
+        f"harbor: {HARBOR_MAX_TURNS}, the Harbor server's step limit)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (the next ones count up)")
     parser.add_argument(
@@ -1031,12 +1092,21 @@ def _custom_policy(spec: str) -> Policy:
     return cast(Policy, custom)
 
 
-def _policy_for(args: argparse.Namespace, env: str) -> Policy:
+def _policy_for(args: argparse.Namespace, env: str, harbor_tasks: Sequence[Any] | None = None) -> Policy:
+    """The policy --policy names for `env` (`harbor_tasks`: the tasks --tasks holds, whose
+    solutions Harbor's oracle plays)."""
     if ":" in args.policy:
         return _custom_policy(args.policy)
     from envsdk.policies import RandomPolicy, SamplingError, make_policy
 
     kwargs: dict[str, Any] = {}
+    if env in HARBOR_NAMES and args.policy in ("oracle", "auto"):
+        if harbor_tasks is None and args.policy == "oracle":
+            raise UsageError(
+                "--policy oracle on harbor plays each task's solution/solve.sh: give --tasks DIR (the folder of task "
+                "folders the server serves)"
+            )
+        kwargs["tasks"] = harbor_tasks
     if args.policy in ("openai", "transformers"):
         kwargs.update(
             temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, greedy=args.greedy,
@@ -1214,10 +1284,11 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
         args.base_url[0] if args.base_url and len(args.base_url) == 1 else args.base_url
     )
     policies: dict[str, Policy] = {}
+    harbor = _read_harbor_tasks(args.tasks)
 
     def policy(env: str) -> Policy:
         if env not in policies:
-            policies[env] = _policy_for(args, env)
+            policies[env] = _policy_for(args, env, harbor.tasks if harbor is not None else None)
             if getattr(args, "tool_format", None) == "native" and not getattr(policies[env], "supports_tools", False):
                 raise UsageError(
                     f"--tool-format native needs a policy that calls tools natively (openai, transformers); "
@@ -1248,8 +1319,12 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
             groups.setdefault((config["name"], "base_url" in config), []).append(row)
         if (CODING, False) in groups:
             _coding_task_ids(f"{args.dataset}: the coding env")  # its server starts here: refused now, not then
+        if (HARBOR, False) in groups and harbor is None:
+            raise UsageError(f"{args.dataset}: its harbor rows have no base_url: give {_HARBOR_TASKS_HINT}")
+        if harbor is not None and not any(env in HARBOR_NAMES for env, _ in groups):
+            raise UsageError(f"--tasks names Harbor task folders, and {args.dataset} has no harbor row: leave it out")
         batches = [
-            Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None)
+            Batch(env, group, policy(env), group[0].env_config.get("base_url") if remote else None, args.tasks)
             for (env, remote), group in groups.items()
         ]
         if args.scheduler in (None, "gym"):
@@ -1269,6 +1344,15 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
                 if isinstance(base_url, str) and base_url.startswith(URL_SCHEMES) else ""
             )
         )
+    harbor_names: list[str] | None = None
+    if default_env in HARBOR_NAMES:
+        if base_url is None and harbor is None:
+            raise UsageError(f"--env harbor plays Harbor task folders: give {_HARBOR_TASKS_HINT}")
+        harbor_names = _served_harbor_names(base_url) if base_url is not None else harbor.names if harbor is not None else None
+        if harbor_names and args.limit is None and not _episodes_stated(args):
+            args.episodes = len(harbor_names)  # every task once
+    elif harbor is not None:
+        raise UsageError(f"--tasks names Harbor task folders, and --env {default_env} is not harbor: leave it out")
     if args.limit is not None:
         if getattr(args, _GIVEN.format("episodes"), False) and args.episodes != args.limit:
             raise UsageError(f"--limit {args.limit} and --episodes {args.episodes} both say how many episodes to play: give one")
@@ -1285,7 +1369,12 @@ def _batches_from_args(args: argparse.Namespace) -> list[Batch]:
     requests = make_requests(default_env, args.episodes, args.seed, base_url, args.env_config)
     if default_env == CODING:
         _name_coding_examples(requests, args.episodes)
-    batch = Batch(default_env, requests, policy(default_env), base_url)
+    elif harbor_names:
+        _name_examples(
+            requests, args.episodes, harbor_names, key="task", what="Harbor task",
+            collection=f"there are {len(harbor_names)}",
+        )
+    batch = Batch(default_env, requests, policy(default_env), base_url, args.tasks)
     if args.scheduler in (None, "gym"):
         _check_local_config(batch, "--env-config")
     return [batch]
@@ -1304,39 +1393,108 @@ def _coding_task_ids(where: str) -> list[str]:
 
 def _name_coding_examples(requests: Sequence[RolloutRequest], episodes: int) -> None:
     """Ask the coding server for each row's problem by task id, and name the row's example by it
-    (``HumanEval/7``, in records, summaries and pass@k groups). A row plays the problem its seed
-    numbers (the server's ``seed % 164``), unless ``--env-config``'s ``reset_kwargs`` (the same
-    in every row) pins a ``task_id`` or ``seed``.
-
-    Raises `UsageError` when the rows would play a problem twice: pass@k would count each
-    repeat as another example, where ``--rollouts-per-example`` samples one example again."""
+    (``HumanEval/7``, in records, summaries and pass@k groups): see `_name_examples`."""
     task_ids = _coding_task_ids("--env coding")
+    _name_examples(
+        requests, episodes, task_ids, key="task_id", what="HumanEval problem", collection=f"HumanEval has {len(task_ids)}"
+    )
+
+
+def _name_examples(
+    requests: Sequence[RolloutRequest], episodes: int, ids: Sequence[str], *, key: str, what: str, collection: str
+) -> None:
+    """Ask the server for each row's task by its id (reset option `key`), and name the row's
+    example by it, in records, summaries and pass@k groups. A row plays the task its seed
+    numbers (the server's ``ids[seed % len(ids)]``), unless ``--env-config``'s ``reset_kwargs``
+    (the same in every row) pins `key` or ``seed``.
+
+    Raises `UsageError` when the rows would play a task twice: pass@k would count each repeat as
+    another example, where ``--rollouts-per-example`` samples one example again. `what` names a
+    task in that message, `collection` says how many there are."""
     pinned: dict[str, Any] = {}
     for request in requests:
         config = request.data_dict["env_config"]
         pinned = config.get("reset_kwargs", {})
         if not isinstance(pinned, dict):
             raise UsageError(f"--env-config: reset_kwargs must be a JSON object, got {json.dumps(pinned)}")
-        task = pinned.get("task_id")
+        task = pinned.get(key)
         if task is None:
             seed = pinned.get("seed", config["seed"])
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise UsageError(f"--env-config: reset_kwargs seed must be an integer, got {json.dumps(seed)}")
-            task = task_ids[seed % len(task_ids)]
-        config["reset_kwargs"] = {**pinned, "task_id": task}
+            task = ids[seed % len(ids)]
+        config["reset_kwargs"] = {**pinned, key: task}
         request.data_dict[EVAL_KEY] = {"example": str(task)}
     distinct = len({request.data_dict[EVAL_KEY]["example"] for request in requests})
     if distinct < episodes:
-        pin = next((key for key in ("task_id", "seed") if key in pinned), None)
+        pin = next((name for name in (key, "seed") if name in pinned), None)
         why = (
             f"--env-config's reset_kwargs pins {pin} {pinned[pin]!r}" if pin is not None
-            else f"HumanEval has {len(task_ids)}: the seeds past them wrap around"
+            else f"{collection}: the seeds past them wrap around"
         )
         raise UsageError(
-            f"--episodes {episodes} would play only {distinct} distinct HumanEval problem(s) ({why}), and pass@k "
+            f"--episodes {episodes} would play only {distinct} distinct {what}(s) ({why}), and pass@k "
             f"would count each repeat as another example: give --episodes {distinct} at most, and "
-            "--rollouts-per-example R for R samples of each problem"
+            f"--rollouts-per-example R for R samples of each {what.split()[-1]}"
         )
+
+
+class _HarborTasks(NamedTuple):
+    """What --tasks holds: the tasks that can be read (for the oracle), and every task's name in
+    the Harbor server's numbering (sorted, the broken ones included)."""
+
+    tasks: list[Any]
+    names: list[str]
+
+
+def _read_harbor_tasks(folder: str | None) -> _HarborTasks | None:
+    """The task folders --tasks names (no container needed); None without --tasks; `UsageError`
+    for a folder that holds no task."""
+    if folder is None:
+        return None
+    from servers.harbor.tasks import TaskFolderError, scan_tasks
+
+    try:
+        tasks, errors = scan_tasks(folder)
+    except TaskFolderError as exc:
+        raise UsageError(f"--tasks {exc}") from None
+    return _HarborTasks(tasks, sorted([task.name for task in tasks] + [error.task for error in errors]))
+
+
+def _served_harbor_names(base_url: BaseUrls) -> list[str] | None:
+    """The names of the tasks a Harbor server serves, in its numbering (its ``/health``: ready
+    and broken ones, sorted); None when it does not say (not a Harbor server, or a pool name)."""
+    from envsdk.schedulers.openenv import server_json
+
+    first = base_url if isinstance(base_url, str) else base_url[0]
+    if not first.startswith(URL_SCHEMES):
+        return None
+    try:
+        health = server_json(first, "/health")
+    except (OSError, ValueError):
+        return None  # the pre-flight check says why
+    served = health.get("harbor") if isinstance(health, dict) else None
+    if not isinstance(served, dict):
+        return None
+    names = [*served.get("ready", []), *(served.get("broken") or {})]
+    return sorted({name for name in names if isinstance(name, str)}) or None
+
+
+def _episodes_stated(args: argparse.Namespace) -> bool:
+    """Whether the run's number of episodes was stated: on the command line, or in the --config
+    file or the run file of the run it resumes (a run file holds the number its run played)."""
+    if getattr(args, _GIVEN.format("episodes"), False):
+        return True
+    from envsdk.runfile import RunFileError, read_run_file, run_file_path
+
+    files = [Path(args.config)] if args.config else []
+    if args.resume and args.out:
+        files.append(run_file_path(args.out))
+    for file in files:
+        with contextlib.suppress(RunFileError):
+            if file.is_file() and "episodes" in read_run_file(file):
+                return True
+    return False
 
 
 def _sample_of(args: argparse.Namespace, batches: Sequence[Batch]) -> str | None:
@@ -1394,11 +1552,14 @@ def _print_samples(args: argparse.Namespace) -> None:
 
 def _give_sudoku_hints(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
     """``--sudoku-hints``: the hint level of every Sudoku row that names none; `UsageError` when
-    the run plays no Sudoku (the option would change nothing)."""
+    the run plays no Sudoku (the option would change nothing). Not given, a Sudoku run's is the
+    default, set in `args` so that its run file records what it played, as for any option."""
     level = getattr(args, "sudoku_hints", None)
-    if level is None:
-        return
     sudoku = [batch for batch in batches if batch.env == SUDOKU and args.scheduler in (None, SUDOKU)]
+    if level is None:
+        if sudoku:
+            args.sudoku_hints = DEFAULT_HINTS
+        return
     if not sudoku:
         raise UsageError(f"--sudoku-hints {level}: the run plays no Sudoku (--env sudoku): leave it out")
     for batch in sudoku:

@@ -1,6 +1,7 @@
 """Policies: how the next action (assistant reply) is produced.
 
-* scripted, no model: `RandomPolicy`, `SudokuOraclePolicy`, `FrozenLakeOraclePolicy`;
+* scripted, no model: `RandomPolicy`, `NoopPolicy` (the do-nothing agent), `SudokuOraclePolicy`,
+  `FrozenLakeOraclePolicy`, `HarborOraclePolicy` (a Harbor task's ``solution/solve.sh``);
 * `OpenAIChatPolicy`: any OpenAI-compatible server (``vllm serve``, ``transformers serve``);
   needs the ``openai`` extra;
 * `TransformersPolicy`: in-process transformers generation; needs torch and transformers.
@@ -25,9 +26,11 @@ from envsdk.policies.base import (
     PolicyOutput,
     message_text,
 )
+from envsdk.policies.harbor import HarborOraclePolicy
 from envsdk.policies.sampling import SamplingError, sampling_kwargs
 from envsdk.policies.scripted import (
     FrozenLakeOraclePolicy,
+    NoopPolicy,
     RandomPolicy,
     SudokuOraclePolicy,
     canonical_env_name,
@@ -53,8 +56,10 @@ __all__ = [
     "ObservationParseError",
     "message_text",
     "RandomPolicy",
+    "NoopPolicy",
     "SudokuOraclePolicy",
     "FrozenLakeOraclePolicy",
+    "HarborOraclePolicy",
     "OpenAIChatPolicy",
     "InferenceError",
     "InferenceServerError",
@@ -79,7 +84,7 @@ _LAZY = {
 }
 
 #: The names `make_policy` accepts.
-POLICY_NAMES = ("auto", "oracle", "random", "openai", "transformers")
+POLICY_NAMES = ("auto", "oracle", "random", "openai", "transformers", "noop")
 # `make_policy`'s decoding keywords, read by `sampling_kwargs` for the model-backed policies.
 _DECODING = ("temperature", "top_p", "max_tokens", "seed", "greedy", "sampling_args", "chat_template_kwargs")
 
@@ -94,10 +99,13 @@ def __getattr__(name: str) -> Any:
 def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
     """Build a policy by name.
 
-    * ``"oracle"``: the solver for `env_name` (``sudoku``, ``frozen_lake`` or ``coding``, any usual
-      spelling such as ``Sudoku-v0``); `kwargs` go to its constructor;
+    * ``"oracle"``: the solver for `env_name` (``sudoku``, ``frozen_lake``, ``coding`` or
+      ``harbor``, any usual spelling such as ``Sudoku-v0``); `kwargs` go to its constructor
+      (Harbor's: ``tasks``, the tasks whose solutions it plays);
     * ``"random"``: `RandomPolicy(env_name, **kwargs)` (e.g. ``seed=3``); any env;
-    * ``"auto"``: the oracle when one knows `env_name`, else ``"random"`` (works for any env);
+    * ``"noop"``: `NoopPolicy()`, the do-nothing agent; any env;
+    * ``"auto"``: the oracle when one knows `env_name` (Harbor's when given ``tasks``), else
+      ``"random"`` (works for any env);
     * ``"openai"``: `OpenAIChatPolicy(**kwargs)` (``base_url``, ``model``, …);
     * ``"transformers"``: `TransformersPolicy(**kwargs)` (``model_path``, …).
 
@@ -121,12 +129,19 @@ def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
             raise SamplingError(f"policy {name!r} does not decode: {refused} is read only by the openai and transformers policies")
     if name == "auto":
         try:
-            canonical_env_name(env_name)
+            known = canonical_env_name(env_name)
         except ValueError:
+            known = None
+        if known is None or (known == "harbor" and kwargs.get("tasks") is None):
+            kwargs.pop("tasks", None)
             return RandomPolicy(env_name, **kwargs)
         return make_policy("oracle", env_name, **kwargs)
     if name == "oracle":
         env = canonical_env_name(env_name)
+        if env == "harbor":
+            if kwargs.get("tasks") is None:
+                raise ValueError("the Harbor oracle plays each task's solution/solve.sh: give it the tasks (tasks=...)")
+            return HarborOraclePolicy(**kwargs)
         if env == "sudoku":
             return SudokuOraclePolicy(**kwargs)
         if env == "coding":
@@ -136,6 +151,8 @@ def make_policy(name: str, env_name: str, **kwargs: Any) -> Policy:
         return FrozenLakeOraclePolicy(**kwargs)
     if name == "random":
         return RandomPolicy(env_name, **kwargs)
+    if name == "noop":
+        return NoopPolicy(**kwargs)
     if name == "openai":
         from envsdk.policies.openai_chat import OpenAIChatPolicy
 

@@ -13,6 +13,9 @@ Each reads only the conversation it is given (OpenAI chat messages), exactly as 
   ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` with arguments drawn from the schema.
 * A typed action (a server's ``/schema`` ``action`` given to `RandomPolicy`): a JSON object drawn
   from that schema (`envsdk.schema_values`), every value of its type and within its bounds.
+
+`NoopPolicy` does nothing and says at once that it is done: the do-nothing agent a task's
+verifier must score 0.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any
 
@@ -34,12 +37,14 @@ from envsdk.policies.base import (
     ObservationParseError,
     Policy,
     PolicyError,
+    PolicyOutput,
     message_text,
 )
 from envsdk.schema_values import random_value
 
 __all__ = [
     "RandomPolicy",
+    "NoopPolicy",
     "SudokuOraclePolicy",
     "FrozenLakeOraclePolicy",
     "FrozenLakeView",
@@ -49,9 +54,11 @@ __all__ = [
     "GENERIC_REPLIES",
     "listed_tools",
     "typed_action",
+    "offered_tools",
+    "tool_call_reply",
 ]
 
-SUPPORTED_ENVS = ("sudoku", "frozen_lake", "coding")
+SUPPORTED_ENVS = ("sudoku", "frozen_lake", "coding", "harbor")
 
 #: What `RandomPolicy` replies for an environment it does not know: common action formats, so
 #: that many text environments see some valid moves and episodes end.
@@ -74,8 +81,9 @@ _GRID_LINE = re.compile(r"^[SFHGP](?: [SFHGP])+$")
 
 
 def canonical_env_name(env_name: str) -> str:
-    """``"sudoku"`` or ``"frozen_lake"`` for the spellings users write (``Sudoku-v0``,
-    ``sudoku-hard``, ``FrozenLake``, ``frozen-lake``); `ValueError` for anything else."""
+    """One of `SUPPORTED_ENVS` for the spellings users write (``Sudoku-v0``, ``sudoku-hard``,
+    ``FrozenLake``, ``frozen-lake``, ``HumanEval``, ``HarborEnvironment``); `ValueError` for
+    anything else."""
     key = re.sub(r"[^a-z]", "", env_name.lower())
     if key.startswith("sudoku"):
         return "sudoku"
@@ -83,6 +91,8 @@ def canonical_env_name(env_name: str) -> str:
         return "frozen_lake"
     if key.startswith(("coding", "humaneval")):
         return "coding"
+    if key.startswith("harbor"):
+        return "harbor"
     raise ValueError(
         f"no scripted policy knows the environment {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}"
     )
@@ -130,6 +140,56 @@ def typed_action(action_schema: Mapping[str, Any] | None) -> bool:
     free = {"type": "string"}
     return not (isinstance(prop, dict) and {k: v for k, v in prop.items() if k in ("type", "enum", "const", "anyOf",
         "oneOf", "$ref", "allOf", "pattern", "minLength", "maxLength")} == free)
+
+
+def offered_tools(messages: list[Message], tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """The tools a policy is offered, by name, each with its parameters' JSON schema: the
+    native definitions `tools` (OpenAI's form) when given, else the ``<tools>`` block of the
+    system message (`listed_tools`); {} when neither offers any."""
+    if tools is not None:
+        offered = {}
+        for described in tools:
+            function = described.get("function", described) if isinstance(described, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                offered[function["name"]] = function.get("parameters") or {}
+        return offered
+    return {tool["name"]: tool["parameters"] for tool in listed_tools(messages)}
+
+
+def tool_call_reply(calls: Sequence[tuple[str, dict[str, Any]]], *, native: bool, turn: int = 1) -> PolicyOutput:
+    """A reply making `calls` (a tool's name and its arguments), in order: as OpenAI
+    ``tool_calls`` when `native` (ids ``call_<turn>_<n>``, arguments as JSON text), else written
+    in its text as ``<tool_call>`` blocks, the form a tool scheduler reads from a policy that
+    does not call tools natively. No call: an empty reply, which ends a tool env's episode."""
+    if native:
+        return PolicyOutput(text="", tool_calls=[
+            {"id": f"call_{turn}_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            for n, (name, arguments) in enumerate(calls, start=1)
+        ] or None)
+    return PolicyOutput(text="\n".join(
+        f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>" for name, arguments in calls
+    ))
+
+
+class NoopPolicy(Policy):
+    """The do-nothing agent: it does no work and says at once that it is done, so that the
+    environment judges the machine or board as it was given. Where the policy is offered a tool
+    named ``submit`` that takes no argument (natively, or listed in the system message: Harbor's
+    tasks), its first reply calls it and nothing else; every other reply is empty (no move, no
+    tool call, which ends a tool env's episode). A task's verifier must score it 0."""
+
+    supports_tools = True
+
+    async def act(self, messages: list[Message]) -> str:
+        return (await self.act_ex(messages)).text
+
+    async def act_ex(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None) -> PolicyOutput:
+        submit = offered_tools(messages, tools).get("submit")
+        first = not any(m.get("role") == "assistant" for m in messages)
+        calls: list[tuple[str, dict[str, Any]]] = (
+            [("submit", {})] if first and submit is not None and not submit.get("required") else []
+        )
+        return tool_call_reply(calls, native=tools is not None)
 
 
 class RandomPolicy(Policy):
@@ -182,7 +242,7 @@ class RandomPolicy(Policy):
             arguments = {
                 name: random_value(self._rng, properties.get(name), parameters) for name in parameters.get("required", [])
             }
-            return f"<tool_call>{json.dumps({'name': tool['name'], 'arguments': arguments})}</tool_call>"
+            return tool_call_reply([(tool["name"], arguments)], native=False).text
         if self.env_name == "sudoku":
             r, c, n = (self._rng.randint(1, 9) for _ in range(3))
             return f"[{r} {c} {n}]"

@@ -30,6 +30,17 @@ Reward: a tool env reports its episode reward in its state's ``reward`` field (s
 examples/ledger_tools.py); it is read before the session closes and becomes the trajectory's
 ``total_reward``. A boolean ``success`` in the state, if it has one, is the episode's success.
 
+The end of an episode: a tool call cannot say that it ended the episode (an envsdk ``@tool``
+answers ``done: false``), so a tool env whose state has a ``done`` field says it there: the
+state is read after the first call and, where it has that field, after every call; the call
+after which it is true ended the episode (Harbor's ``submit``, its time or step limit): the
+reply's later calls are not run, and that step is recorded as done. An env that offers a tool
+named ``submit`` taking no argument judges the work when it is called: when the episode ends
+otherwise (a reply without a tool call, which is the agent saying it is done; ``max_turns``; a
+cut reply) and the env has not ended it, the scheduler calls ``submit`` itself (a step of the
+record; ``infos["submitted"]``) before it reads the reward, so that the verdict is the env's,
+never an unjudged default. Not after an error or a cancel.
+
 `serves_tools` tells whether a server is a tool environment (its ``/mcp`` lists tools);
 `scheduler_for` names the scheduler to play a server with, so a tool server is never played as
 a text environment by mistake. Registered in `envsdk.registry.schedulers` as ``tools``; under ms-swift the
@@ -64,6 +75,7 @@ __all__ = [
     "TOOLS_SYSTEM_MESSAGE",
     "serves_tools",
     "scheduler_for",
+    "SUBMIT_TOOL",
 ]
 
 ToolFormat = Literal["native", "text"]
@@ -150,14 +162,21 @@ def tool_responses(results: list[str]) -> str:
     return "\n".join(f"<tool_response>\n{result}\n</tool_response>" for result in results)
 
 
+#: The tool an env judges the work with when it is called with no argument (see the module docstring).
+SUBMIT_TOOL = "submit"
+
+
 @dataclass
 class _ToolPlay:
     """What a trajectory of `ToolScheduler` keeps: its form, the tools it was given and the
-    last turn's results, for `ToolScheduler.step`."""
+    last turn's results, for `ToolScheduler.step`; whether the env's state says when the
+    episode ends (None: not known yet) and whether the env ended it."""
 
     native: bool
     tools: list[dict[str, Any]]
     answers: list[tuple[ToolCall, str]] = field(default_factory=list)
+    states_done: bool | None = None
+    env_ended: bool = False
 
 
 class ToolScheduler(OpenEnvScheduler):
@@ -252,9 +271,12 @@ class ToolScheduler(OpenEnvScheduler):
         done = False
         for call in calls:  # in the reply's order, one after another on the session
             observation, done = await self._run_call(trajectory, call, turn)
+            if not done and call.error is None and play.states_done is not False:
+                done = trajectory.steps[-1].done = await self._state_says_done(trajectory, play)
             play.answers.append((call, self.observation_text(trajectory, observation)))
             if done:  # the env ended the episode: later calls are not run
                 break
+        play.env_ended = done
         return {"done": done, "rollout_infos": {"tool_calls": len(trajectory.steps)}}
 
     async def step(self, trajectory: Trajectory, turn_result: TurnResult, turn: int) -> None:
@@ -269,6 +291,7 @@ class ToolScheduler(OpenEnvScheduler):
 
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         try:
+            await self._submit_for_the_agent(trajectory)
             state = await self._final_state(trajectory)
             reward = state.get("reward")
             if isinstance(reward, (int, float)) and not isinstance(reward, bool):
@@ -291,6 +314,25 @@ class ToolScheduler(OpenEnvScheduler):
         if not isinstance(play, _ToolPlay):
             raise RuntimeError(f"trajectory {trajectory.uuid} has no tools (not started)")
         return play
+
+    async def _state_says_done(self, trajectory: Trajectory, play: _ToolPlay) -> bool:
+        """Whether the env's state says the episode is over; the first time, whether its state
+        says it at all (`_ToolPlay.states_done`: if not, it is not asked again)."""
+        state = await self._final_state(trajectory)
+        play.states_done = "done" in state
+        return state.get("done") is True
+
+    async def _submit_for_the_agent(self, trajectory: Trajectory) -> None:
+        """Call the env's argument-free `SUBMIT_TOOL` when the episode ended without the env
+        ending it (see the module docstring); nothing after an error or a cancel."""
+        play = getattr(trajectory.runtime, "game", None)
+        if not isinstance(play, _ToolPlay) or play.env_ended or trajectory.status in ("error", "cancelled", "running"):
+            return
+        offered = next((t["function"] for t in play.tools if t.get("function", {}).get("name") == SUBMIT_TOOL), None)
+        if offered is None or (offered.get("parameters") or {}).get("required"):
+            return
+        _, play.env_ended = await self._run_call(trajectory, ToolCall(name=SUBMIT_TOOL), trajectory.turns)
+        trajectory.rollout_infos["submitted"] = "by the scheduler"
 
     @staticmethod
     def _native_calls(trajectory: Trajectory) -> list[ToolCall]:

@@ -49,7 +49,7 @@ def test_make_policy_refuses_unknown_names_and_lists_the_known_ones() -> None:
         make_policy("gpt", "sudoku")
     with pytest.raises(ValueError, match="supported: sudoku, frozen_lake"):
         make_policy("oracle", "chess")
-    assert POLICY_NAMES == ("auto", "oracle", "random", "openai", "transformers")
+    assert POLICY_NAMES == ("auto", "oracle", "random", "openai", "transformers", "noop")
 
 
 def test_every_name_in_all_resolves() -> None:

@@ -15,11 +15,16 @@ model as TRL words it (``{'error': …}``), where envsdk's records say ``error: 
 
 Rewards: ``get_reward()`` reads the episode's ``reward`` from the env's state (the tool env's
 contract: put the episode reward in the state), NaN when the state has none, and releases the
-session; TRL calls it once per rollout after generation.
+session; TRL calls it once per rollout after generation. TRL ends a rollout when the model stops
+calling tools, which is the agent saying it is done: so when the env offers a ``submit`` tool
+that takes no argument (it judges the work when called, as a Harbor task does) and its state
+does not say the episode is over (``done``), ``get_reward()`` calls ``submit`` first, as
+`envsdk.schedulers.ToolScheduler` does, and the reward is the env's verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -27,12 +32,13 @@ from collections.abc import Callable
 from typing import Any
 
 from envsdk.client.sync import OpenEnvWrapper
-from envsdk.errors import CapacityError
+from envsdk.errors import CapacityError, ToolCallError
 from envsdk.integrations.trl._common import (
     EnvironmentCapacityError,
     EpisodeError,
 )
 from envsdk.integrations.trl.environment_factory import PooledFactory
+from envsdk.schedulers.tools import SUBMIT_TOOL
 from envsdk.tools import RESERVED_TOOL_NAMES, ToolSpec
 
 __all__ = ["ToolEnvironment", "ToolEnvironmentFactory", "tool_environment_factory"]
@@ -56,7 +62,7 @@ class ToolEnvironment:
     def reset(self, **row: Any) -> str | None:
         """Open a fresh session and reset it with the row's ``seed`` (if any) and the factory's
         ``reset_kwargs``; return the first observation as text (its ``prompt`` field if it has
-        one, else the observation as JSON)."""
+        one, else its ``text`` field, else the observation as JSON)."""
         self._release()
         client = OpenEnvWrapper(self._factory.base_url, call_timeout=self._factory.call_timeout, **self._factory.client_kwargs)
         kwargs = dict(self._factory.reset_kwargs)
@@ -75,8 +81,10 @@ class ToolEnvironment:
             ) from None
         self._client = client
         observation = result.observation
-        if isinstance(observation, dict) and isinstance(observation.get("prompt"), str):
-            return str(observation["prompt"])
+        if isinstance(observation, dict):
+            for name in ("prompt", "text"):
+                if isinstance(observation.get(name), str):
+                    return str(observation[name])
         return json.dumps(observation, default=str)
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
@@ -89,12 +97,20 @@ class ToolEnvironment:
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
     def get_reward(self) -> float:
-        """The episode's ``reward`` from the env's state (NaN when absent); releases the session."""
+        """The episode's ``reward`` from the env's state (NaN when absent); releases the session.
+        Calls the env's argument-free ``submit`` first when the state does not say the episode
+        is over (see the module docstring)."""
         client = self._client
         if client is None:
             return math.nan
         try:
-            reward = client.state().get("reward")
+            state = client.state()
+            if self._factory.submits and state.get("done") is not True:
+                # The env refused or failed to judge: its state says what it has.
+                with contextlib.suppress(ToolCallError):
+                    self._call(SUBMIT_TOOL, {})
+                state = client.state()
+            reward = state.get("reward")
         finally:
             self._release()
         return float(reward) if isinstance(reward, (int, float)) else math.nan
@@ -152,11 +168,14 @@ class ToolEnvironmentFactory(PooledFactory[ToolEnvironment]):
         call_timeout: float | None = None,
         num_processes: int | None = None,
         client_kwargs: dict[str, Any] | None = None,
+        submits: bool = False,
     ) -> None:
         super().__init__(environment_class, call_timeout=call_timeout, num_processes=num_processes)
         self.base_url = base_url
         self.reset_kwargs = dict(reset_kwargs or {})
         self.client_kwargs = dict(client_kwargs or {})
+        #: Whether the env offers an argument-free ``submit`` (`ToolEnvironment.get_reward` calls it).
+        self.submits = submits
 
     @property
     def tool_calls(self) -> int:
@@ -184,6 +203,8 @@ def tool_environment_factory(
         raise ValueError(f"tools {clashes} cannot become TRL environment methods (names reserved or private)")
     name = class_name or "ToolEnvironment"
     environment_class = type(name, (ToolEnvironment,), {t.name: _tool_method(t) for t in tools})
+    submits = any(t.name == SUBMIT_TOOL and not t.input_schema.get("required") for t in tools)
     return ToolEnvironmentFactory(
-        base_url, environment_class, reset_kwargs=reset_kwargs, call_timeout=call_timeout, client_kwargs=client_kwargs
+        base_url, environment_class, reset_kwargs=reset_kwargs, call_timeout=call_timeout, client_kwargs=client_kwargs,
+        submits=submits,
     )
