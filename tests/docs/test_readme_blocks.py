@@ -71,12 +71,15 @@ def test_the_readme_says_what_test_sh_installs_with_apt_and_that_it_needs_root()
     installed = sorted(p for line in re.findall(r"^\s*apt_install ([^|\\\n]+)", script, re.MULTILINE) for p in line.split())
     assert installed == ["bubblewrap", "chromium", "chromium-driver"], installed
     # Only as root, and waiting 600 s for apt's lock.
-    assert script.count('[ "$(id -u)" = "0" ]') == 2 and "DPkg::Lock::Timeout=600" in script
+    assert script.count('[ "$(id -u)" = "0" ]') == 3 and "DPkg::Lock::Timeout=600" in script
+    # The containers' packages and base images come from their own script, also only as root.
+    assert re.search(r'if \[ "\$\(id -u\)" = "0" \][^\n]*\n\s*bash scripts/setup_containers\.sh', script), script
     quick_start = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     said = " ".join(quick_start.split())
     assert "**Run as root, it installs system packages with `apt-get install`**" in said
-    for package in installed:
+    for package in [*installed, "podman", "runc", "mmdebstrap"]:
         assert f"`{package}`" in said, package
+    assert "`scripts/setup_containers.sh`" in said
     assert "needs root" in said and "10 minutes" in said
 
 
@@ -172,7 +175,8 @@ def test_the_coding_server_serves_and_the_oracle_passes_every_problem_it_plays(t
     assert httpx.get(url + "/health", timeout=5).json()["sandbox"]["provider"]
     # 164 sandboxed episodes take minutes on two cores; the summary's line is the same for 6.
     assert "--episodes 164      # pass@1=1.000 (1 attempt per sample, no test feedback)" in block.text
-    ran = envsdk(*substitute(rollout, {"--episodes 164": "--episodes 6"}).split()[1:], "--no-progress", cwd=tmp_path, timeout=360)
+    played = substitute(rollout, {"--episodes 164": "--episodes 6", "http://127.0.0.1:8000": url})
+    ran = envsdk(*played.split()[1:], "--no-progress", cwd=tmp_path, timeout=360)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "pass@1=1.000 (1 attempt per sample, no test feedback)" in ran.stdout, ran.stdout[-2000:]
     # The third line is the probe whose report docs/coding.md shows and its test compares.
