@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -76,6 +75,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from envsdk.sandbox._locks import lock_by
 from envsdk.sandbox._reap import kill_until_gone
 from envsdk.sandbox.base import (
     CompletedRun,
@@ -621,16 +621,8 @@ class ContainerProvider:
         with self._build_lock(digest):
             lock = os.open(self.engine.lock_dir / f"build-{digest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                while True:
-                    try:
-                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() > deadline:
-                            raise ImageBuildError(
-                                f"{path}: another build of the same content took longer than {seconds:g} s"
-                            ) from None
-                        time.sleep(0.1)
+                if not lock_by(lock, deadline):
+                    raise ImageBuildError(f"{path}: another build of the same content took longer than {seconds:g} s")
                 if self.engine.image_exists(ref):
                     return ref
                 self._prepare_bases(text, path)

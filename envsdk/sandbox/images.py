@@ -27,7 +27,6 @@ under a file lock (``/var/lib/envsdk/locks`` as root), and looked up again once 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -38,6 +37,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from envsdk.sandbox._locks import lock_by
 from envsdk.sandbox.container import (
     ContainerEngine,
     ContainerError,
@@ -335,17 +335,10 @@ def _name_lock(engine: ContainerEngine, name: str) -> Iterator[None]:
     path = _lock_dir() / f"base-{key}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ImageUnavailableError(
-                        f"FROM {name}: another process has been preparing it for over {LOCK_WAIT_S:g} s (lock {path})"
-                    ) from None
-                time.sleep(0.1)
+        if not lock_by(fd, time.monotonic() + LOCK_WAIT_S):
+            raise ImageUnavailableError(
+                f"FROM {name}: another process has been preparing it for over {LOCK_WAIT_S:g} s (lock {path})"
+            )
         yield
     finally:
         os.close(fd)
