@@ -6,6 +6,7 @@ are run by tests/cli/test_harbor_cli.py, which takes its command lines from thes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,11 @@ NAMES = sorted(p.name for p in TASKS.iterdir() if p.is_dir())
 def test_the_readme_recipe_is_the_pages_set_up_and_oracle_lines() -> None:
     readme = commands(doc_block("README.md", "harbor"))
     assert readme[0] == commands(doc_block("docs/harbor.md", "harbor-setup"))[0] == "bash scripts/setup_containers.sh"
-    assert readme[1] == commands(doc_block("docs/harbor.md", "harbor-rollout"))[0]
-    assert readme[1] == "envsdk rollout --env harbor --tasks servers/harbor/tasks --policy oracle"
+    # The tools are served over MCP: the extra that brings it is one the project defines.
+    assert readme[1] == "bash scripts/setup.sh mcp"
+    assert re.search(r"^mcp = \[", (REPO / "pyproject.toml").read_text(encoding="utf-8"), re.MULTILINE)
+    assert readme[2] == commands(doc_block("docs/harbor.md", "harbor-rollout"))[0]
+    assert readme[2] == "envsdk rollout --env harbor --tasks servers/harbor/tasks --policy oracle"
 
 
 @requires_containers
