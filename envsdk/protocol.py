@@ -246,6 +246,11 @@ class ErrorReply(_Reply):
 
 
 class SessionInfo(BaseModel):
+    """The session handshake's answer. ``deadlines_s``: how long the server lets the env run
+    for each kind of request of this session (``reset``, the env built first included; ``step``;
+    ``mcp``; ``state``), after which it answers TIMEOUT; a client waits that long, plus the
+    reply's travel, before it counts a reply as lost. Empty from servers that do not say."""
+
     model_config = ConfigDict(extra="allow")
 
     session_id: str
@@ -257,6 +262,7 @@ class SessionInfo(BaseModel):
     episode_id: str | None = None
     step_count: int = 0
     done: bool = False
+    deadlines_s: dict[str, float] = Field(default_factory=dict)
 
 
 class SessionReply(_Reply):

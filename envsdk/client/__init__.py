@@ -5,7 +5,7 @@ which places episodes on many servers."""
 from __future__ import annotations
 
 from envsdk.client.client import EnvClient, ServerKind, error_from_frame, websocket_url
-from envsdk.client.config import Keepalive, Retry, Timeouts
+from envsdk.client.config import Keepalive, Retry, ServerDeadline, Timeouts
 from envsdk.client.pool import EnvPool, NoServerAvailableError, PooledEnvClient, PoolSettings, pools
 from envsdk.client.sync import OpenEnvWrapper
 from envsdk.client.transports import (
@@ -28,6 +28,7 @@ __all__ = [
     "pools",
     "ServerKind",
     "Timeouts",
+    "ServerDeadline",
     "Keepalive",
     "Retry",
     "Transport",

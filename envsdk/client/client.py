@@ -74,11 +74,13 @@ from envsdk.rewards.parts import non_finite
 from envsdk.tools import ToolSpec
 from envsdk.types import StepResult
 
-__all__ = ["EnvClient", "ServerKind", "error_from_frame", "websocket_url"]
+__all__ = ["EnvClient", "RequestKind", "ServerKind", "error_from_frame", "websocket_url"]
 
 logger = logging.getLogger("envsdk.client")
 
 ServerKind = Literal["envsdk", "openenv"]
+#: The kinds of request a server announces a deadline for (`SessionInfo.deadlines_s`).
+RequestKind = Literal["reset", "step", "mcp", "state"]
 _Reply = ObservationReply | StateReply | ErrorReply | SessionReply | McpReply
 
 _ERROR_CLASSES: dict[str, type[ServerError]] = {
@@ -286,6 +288,14 @@ class EnvClient:
         """The server's latest session handshake reply (envsdk servers only)."""
         return self._session
 
+    def request_timeout(self, kind: RequestKind) -> float | None:
+        """How long this client waits for the reply to a request of `kind` (None: forever):
+        ``Timeouts.request`` where it is a number, else (a `ServerDeadline`) the time the
+        server announced for that kind in its session handshake plus the margin, or the
+        deadline's ``otherwise`` before the handshake and where the server announced none."""
+        announced = self._session.deadlines_s.get(kind) if self._session is not None else None
+        return self.timeouts.request_s(announced)
+
     # ------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> EnvClient:
@@ -327,18 +337,18 @@ class EnvClient:
     async def reset(self, **kwargs: Any) -> StepResult[Any]:
         """Start a new episode; ``kwargs`` (``seed``, ``episode_id``, env-specific) go to the
         environment's ``reset``."""
-        reply = await self._request("reset", lambda rid: ResetRequest(id=rid, data=kwargs))
+        reply = await self._request("reset", lambda rid: ResetRequest(id=rid, data=kwargs), kind="reset")
         return self._step_result(reply, "reset")
 
     async def step(self, action: Mapping[str, Any] | BaseModel) -> StepResult[Any]:
         """Apply one action (a dict of the action's fields, or a pydantic model)."""
         data = self._action_data(action)
-        reply = await self._request("step", lambda rid: StepRequest(id=rid, data=data))
+        reply = await self._request("step", lambda rid: StepRequest(id=rid, data=data), kind="step")
         return self._step_result(reply, "step")
 
     async def state(self) -> dict[str, Any]:
         """The environment's current state (``episode_id``, ``step_count``, …)."""
-        reply = await self._request("state", lambda rid: StateRequest(id=rid))
+        reply = await self._request("state", lambda rid: StateRequest(id=rid), kind="state")
         if not isinstance(reply, StateReply):
             raise ProtocolError(f"Expected a state reply to state, got {reply.type!r}")
         return dict(reply.data)
@@ -372,7 +382,7 @@ class EnvClient:
         same ordering, resume and exactly-once ids as a step."""
         self._rpc_id += 1
         payload = {"jsonrpc": "2.0", "id": self._rpc_id, "method": method, "params": params}
-        reply = await self._request(method, lambda rid: McpRequest(id=rid, data=payload))
+        reply = await self._request(method, lambda rid: McpRequest(id=rid, data=payload), kind="mcp")
         if not isinstance(reply, McpReply):
             raise ProtocolError(f"Expected an mcp reply to {method}, got {reply.type!r}")
         error = reply.data.get("error")
@@ -442,11 +452,12 @@ class EnvClient:
             observation = self.observation_type.model_validate({**body, "reward": data.reward, "done": data.done})
         return StepResult(observation=observation, reward=reward, done=data.done, metadata=dict(metadata))
 
-    async def _request(self, what: str, make: Callable[[str | None], BaseModel]) -> _Reply:
-        """Send one request and return its reply; error frames raise their typed error.
+    async def _request(self, what: str, make: Callable[[str | None], BaseModel], *, kind: RequestKind) -> _Reply:
+        """Send one request (`what`, of `kind`) and return its reply; error frames raise their
+        typed error.
 
-        A dropped connection or a missed deadline is recovered by resume (same request id,
-        so the server never applies it twice) or loses the session.
+        A dropped connection or a reply later than `request_timeout` of `kind` is recovered by
+        resume (same request id, so the server never applies it twice) or loses the session.
         """
         async with self._lock:
             self._check_usable()
@@ -465,7 +476,8 @@ class EnvClient:
                 close_code: int | None = None
                 try:
                     await conn.send(raw)
-                    reply = await self._read_reply(conn, request_id, self.timeouts.request)
+                    waited = self.request_timeout(kind)
+                    reply = await self._read_reply(conn, request_id, waited)
                 except TransportClosed as exc:
                     if _is_shutdown_close(exc.code, exc.reason):
                         raise await self._lose(
@@ -483,7 +495,7 @@ class EnvClient:
                     reason = f"the connection dropped during {what} ({exc})"
                     close_code = exc.code
                 except asyncio.TimeoutError:
-                    reason = f"no reply to {what} within {self.timeouts.request} s"
+                    reason = f"no reply to {what} within {waited} s"
                 except ProtocolError as exc:
                     if request_id is None:
                         # Without ids the frames can no longer be paired with requests: the reply
@@ -505,7 +517,7 @@ class EnvClient:
                             )
                         raise error
                     return reply
-                attempts_left = await self._recover(reason, close_code, attempts_left)
+                attempts_left = await self._recover(reason, close_code, attempts_left, pending=kind)
 
     async def _read_reply(self, conn: Connection, request_id: str | None, timeout: float | None) -> _Reply:
         """The next frame that answers ``request_id``; replies to other (earlier, abandoned)
@@ -588,8 +600,15 @@ class EnvClient:
         except TransportClosed:
             pass
 
-    async def _recover(self, reason: str, close_code: int | None, attempts_left: int) -> int:
-        """Resume the session after ``reason`` or lose it. Returns the reconnect attempts left."""
+    async def _recover(
+        self, reason: str, close_code: int | None, attempts_left: int, *, pending: RequestKind | None = None
+    ) -> int:
+        """Resume the session after ``reason`` or lose it. Returns the reconnect attempts left.
+
+        `pending`: the kind of request in flight when the connection went. The server answers
+        the resume's handshake only once that call is done (and takes up the resume token as it
+        attaches, so a second attempt cannot use it): the handshake is waited for as long as the
+        call may take, not ``Timeouts.connect`` alone."""
         if not self.resumable:
             why = "resume is turned off" if not self.resume else "the server does not support resume"
             raise await self._lose(f"{reason}; {why}")
@@ -601,6 +620,10 @@ class EnvClient:
             await old.close(CloseCode.GOING_AWAY.value)
         session = self._session
         assert session is not None  # resumable implies a handshake
+        handshake_s = self.timeouts.connect
+        if pending is not None:
+            call_s = self.request_timeout(pending)
+            handshake_s = None if call_s is None or handshake_s is None else max(handshake_s, call_s)
         last_error = reason
         attempt = 0
         while attempts_left > 0:
@@ -615,7 +638,7 @@ class EnvClient:
                 continue
             try:
                 await self._handshake_send(conn)
-                reply = await self._read_reply(conn, None, self.timeouts.connect)
+                reply = await self._read_reply(conn, None, handshake_s)
             except (TransportClosed, asyncio.TimeoutError) as exc:
                 await conn.close()
                 last_error = f"the resume handshake failed: {exc!r}"

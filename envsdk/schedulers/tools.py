@@ -29,6 +29,16 @@ was given (``infos["tools"]``), so its messages can be rendered again as the mod
 Reward: a tool env reports its episode reward in its state's ``reward`` field (see
 examples/ledger_tools.py); it is read before the session closes and becomes the trajectory's
 ``total_reward``. A boolean ``success`` in the state, if it has one, is the episode's success.
+The reward's named parts are a rubric's parts on the wire (a call's ``reward_components``
+metadata, kept on its step), or, where no call carried any, the state's ``reward_components``
+(Harbor's: a ``reward.json``'s other numbers), kept on the step that ended the episode; either
+way they are the record's ``reward_components``.
+
+An episode whose env failed on the very call that ended it (a Harbor verifier that wrote no
+reward, NaN or garbage: the ``submit`` answered with the env's error) has no verdict: its
+reward is no score of the agent's work. It ends in an error (status ``error``, ``error_kind``
+``ToolCallError``, the env's one-line error as the reason), as a step the env failed on does,
+never as an episode that scored 0.0.
 
 The end of an episode: a tool call cannot say that it ended the episode (an envsdk ``@tool``
 answers ``done: false``), so a tool env whose state has a ``done`` field says it there: the
@@ -50,19 +60,24 @@ same scheduler runs through the bridge of examples/swift (``make_core`` returnin
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from envsdk.env import RolloutRequest
+from envsdk.errors import ToolCallError, mask_secrets
 from envsdk.formats import ObservationFormatter
+from envsdk.rewards.parts import REWARD_PARTS, components_from, episode_parts, evaluated
 from envsdk.schedulers.base import DEFAULT_CUT_RULE, CutRule, Policy, StepRecord, Trajectory, TurnResult
 from envsdk.schedulers.openenv import EnvSession, OpenEnvScheduler, server_json
 from envsdk.tools import ToolCall, ToolSpec
 
 if TYPE_CHECKING:
     from envsdk.client.pool import PoolSpec
+
+logger = logging.getLogger("envsdk.schedulers")
 
 __all__ = [
     "ToolScheduler",
@@ -291,7 +306,13 @@ class ToolScheduler(OpenEnvScheduler):
 
     async def on_trajectory_end(self, trajectory: Trajectory) -> None:
         try:
-            await self._submit_for_the_agent(trajectory)
+            try:
+                await self._submit_for_the_agent(trajectory)
+            except Exception as exc:  # the call that was to judge the work failed: no verdict
+                _fail(trajectory, exc)
+                return
+            if self._fail_without_verdict(trajectory):
+                return
             state = await self._final_state(trajectory)
             reward = state.get("reward")
             if isinstance(reward, (int, float)) and not isinstance(reward, bool):
@@ -299,6 +320,7 @@ class ToolScheduler(OpenEnvScheduler):
                 trajectory.rollout_infos["total_reward"] = float(reward)
             if isinstance(state.get("success"), bool):
                 trajectory.rollout_infos["success"] = state["success"]
+            self._take_parts(trajectory, state)
         finally:
             await super().on_trajectory_end(trajectory)
 
@@ -332,7 +354,35 @@ class ToolScheduler(OpenEnvScheduler):
         if offered is None or (offered.get("parameters") or {}).get("required"):
             return
         _, play.env_ended = await self._run_call(trajectory, ToolCall(name=SUBMIT_TOOL), trajectory.turns)
+        if not play.env_ended and play.states_done is not False:
+            play.env_ended = trajectory.steps[-1].done = await self._state_says_done(trajectory, play)
         trajectory.rollout_infos["submitted"] = "by the scheduler"
+
+    @staticmethod
+    def _fail_without_verdict(trajectory: Trajectory) -> bool:
+        """End the episode in an error when the env failed on the call that ended it (see the
+        module docstring); whether it did."""
+        last = trajectory.steps[-1] if trajectory.steps else None
+        if last is None or not last.done or trajectory.status in ("error", "cancelled"):
+            return False
+        error = last.observation.get("error") if isinstance(last.observation, dict) else None
+        if not isinstance(error, dict):
+            return False
+        _fail(trajectory, ToolCallError(" ".join(str(error.get("message")).split()), str(error.get("error_type"))))
+        return True
+
+    @staticmethod
+    def _take_parts(trajectory: Trajectory, state: dict[str, Any]) -> None:
+        """The episode's reward parts (see the module docstring): the calls' own, else the
+        state's ``reward_components``, on the step that ended the episode. A state's parts
+        that are not ``{name: finite number}`` are a broken env's: `ValueError`."""
+        if not any(step.components for step in trajectory.steps):
+            ending = trajectory.steps[-1] if trajectory.steps and trajectory.steps[-1].done else None
+            parts = evaluated(components_from(state))
+            if ending is None or not parts:
+                return
+            ending.components = parts
+        trajectory.rollout_infos[REWARD_PARTS] = episode_parts(step.components for step in trajectory.steps)
 
     @staticmethod
     def _native_calls(trajectory: Trajectory) -> list[ToolCall]:
@@ -350,14 +400,15 @@ class ToolScheduler(OpenEnvScheduler):
             observation: dict[str, Any] = {
                 "tool_name": call.name, "result": None, "error": {"error_type": "invalid_call", "message": call.error},
             }
-            done, duration = False, 0.0
+            done, duration, parts = False, 0.0, {}
         else:
             result, duration = await self.env_step(trajectory, action)
             observation, done = _as_observation(result.observation), bool(result.done)
+            parts = evaluated(components_from(result.metadata))
         trajectory.steps.append(
             StepRecord(turn=turn, action=action, observation=observation, reward=0.0, done=done,
                        info={"tool_error": observation.get("error")} if observation.get("error") else {},
-                       duration_s=duration)
+                       components=parts, duration_s=duration)
         )
         return observation, done
 
@@ -371,6 +422,14 @@ class ToolScheduler(OpenEnvScheduler):
         except Exception:  # the session is gone: the episode has no reward to report
             return {}
         return state if isinstance(state, dict) else {}
+
+
+def _fail(trajectory: Trajectory, exc: Exception) -> None:
+    """End `trajectory` in the error `exc`, as the run loop ends one whose step failed, although
+    it had ended otherwise (``done``): only its verdict, which came after, failed."""
+    trajectory.status, trajectory.error_kind = "error", type(exc).__name__
+    trajectory.reason = mask_secrets(f"{type(exc).__name__}: {exc}")
+    logger.warning("trajectory %s ended with an error: %s", trajectory.uuid, trajectory.reason)
 
 
 def _no_call_reason(native: bool, text: str) -> str:

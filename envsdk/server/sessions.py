@@ -65,6 +65,7 @@ import sys
 import threading
 import time
 import traceback
+import typing
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -319,6 +320,21 @@ class SessionTable:
         if declared is not None:
             return float(declared), True
         return DEFAULT_DEADLINES_S.get(kind, DEFAULT_DEADLINES_S["step"]), False
+
+    def announced_deadlines(self, env: Any) -> dict[str, float]:
+        """How long the env calls of each request type of a session with `env` (None: not built
+        yet) may run: what the session handshake tells a client (`SessionInfo.deadlines_s`), so
+        that it waits for a call the server allows. A reset may build the env first; a step or an
+        MCP request may be a tool call (its own deadline, or the step's)."""
+        owner = type(env) if env is not None else _env_class(self.spec.factory)
+        factory = self.spec.factory
+        calls = max(self.deadline("step", owner)[0], self.deadline("tool", owner)[0])
+        return {
+            "reset": self.deadline("factory", factory)[0] + self.deadline("reset", owner)[0],
+            "step": calls,
+            "mcp": calls,
+            "state": self.deadline("state", owner)[0],
+        }
 
     def plan(self, kind: str, owner: Any, fn: Callable[..., Any]) -> _Plan:
         """How a `kind` call of `fn` on `owner` runs (cached per env class and method, or per
@@ -1182,8 +1198,22 @@ class Session:
             episode_id=episode_id if isinstance(episode_id, str) else None,
             step_count=step_count,
             done=self.phase is Phase.DONE,
+            deadlines_s=self.table.announced_deadlines(self.env),
         )
         return encode(session_reply(info, request_id=rid))
+
+
+def _env_class(factory: Any) -> Any:
+    """The env class `factory` builds, where it tells (a class, or a function annotated with
+    its return class), else the factory itself: whose ``<kind>_timeout_s`` attributes set the
+    deadlines of an env not built yet."""
+    if isinstance(factory, type):
+        return factory
+    try:
+        built = typing.get_type_hints(factory).get("return")
+    except Exception:  # annotations that do not resolve: the factory's own attributes then
+        return factory
+    return built if isinstance(built, type) else factory
 
 
 def _copy_outcome(task: asyncio.Task[Any], outer: asyncio.Future[Any]) -> None:
