@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import random
+import re
 import shlex
 import stat
 import tempfile
@@ -64,8 +65,11 @@ from servers.harbor.models import HarborAction, HarborObservation, HarborState
 from servers.harbor.tasks import HarborTask, TaskError, scan_tasks
 
 __all__ = [
+    "MAX_REWARD",
+    "MAX_REWARD_NUMBERS",
     "MAX_STEPS",
     "MAX_STEPS_LIMIT",
+    "PART_NAME",
     "HarborEnvironment",
     "HarborLimits",
     "HarborOptionError",
@@ -86,6 +90,15 @@ MAX_STEPS_LIMIT = 10_000
 #: Where the verifier writes, and what of it is read.
 VERIFIER_DIR = "/logs/verifier"
 _REWARD_BYTES = 64 * 1024
+#: A reward or part of larger magnitude is a broken verifier (see `parse_reward`).
+MAX_REWARD = 1e6
+#: At most this many numbers in a reward.json, the reward among them.
+MAX_REWARD_NUMBERS = 32
+_NAME_CHARS = 64
+#: What a reward.json part may be named: it goes back to the client as it is.
+PART_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{_NAME_CHARS}}}", re.ASCII)
+#: Of a name that is refused, the message shows this many characters (escaped).
+_NAME_SHOWN = 32
 #: Deadline of the verifier's own housekeeping commands (not the tests).
 _SETUP_TIMEOUT_S = 30.0
 # Removes what the agent left where the verifier looks (a /logs that is a link or a file too),
@@ -336,7 +349,21 @@ def parse_reward(task: str, reward_json: bytes | None, reward_txt: bytes | None)
     when it exists (its numeric fields; the reward is its ``reward``, else reward.txt's number,
     else its only field), else reward.txt (one number). `TaskError` naming the file for a file
     that is empty, not a number (or a JSON object), or not finite, and naming ``tests/test.sh``
-    when it wrote neither."""
+    when it wrote neither.
+
+    Two more rules, which Harbor does not have, because what a verifier writes goes to the
+    client and to a trainer:
+
+    - The parts' names go back on the wire (``metadata.reward_components``), so each numeric
+      field's name must be a short identifier (`PART_NAME`: letters, digits, ``_ . : -``, 1 to
+      64 characters), at most `MAX_REWARD_NUMBERS` numbers in all: text of any other shape
+      (a verifier that named its parts after its tests' contents) would hand the tests to the
+      model, so it is a broken verifier, named by a short escaped excerpt only.
+    - Harbor leaves rewards unbounded (most tasks give 0 to 1, some a count or a score). A
+      trainer averages them over a batch or normalises them per group, so one value out of
+      all proportion (1e300 from a broken or subverted verifier) drowns every other
+      episode's signal: a reward or part past `MAX_REWARD` either way is refused like NaN.
+    """
     if reward_json is not None:
         file = f"{VERIFIER_DIR}/reward.json"
         try:
@@ -345,13 +372,25 @@ def parse_reward(task: str, reward_json: bytes | None, reward_txt: bytes | None)
             raise TaskError(task, file, f"not JSON: {_excerpt(reward_json)}") from None
         if not isinstance(parsed, dict):
             raise TaskError(task, file, f"must be a JSON object of named numbers, got {_excerpt(reward_json)}")
+        numbers = {
+            key: value for key, value in parsed.items() if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        if len(numbers) > MAX_REWARD_NUMBERS:
+            raise TaskError(task, file, f"{len(numbers)} numbers, more than {MAX_REWARD_NUMBERS}")
         parts: dict[str, float] = {}
-        for key, value in parsed.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else math.inf
-                if not math.isfinite(number):
-                    raise TaskError(task, file, f"{key!r} is {_excerpt(str(value).encode())}, not a finite number")
-                parts[key] = number
+        for key, value in numbers.items():
+            if not PART_NAME.fullmatch(key):
+                shown = ascii(key[:_NAME_SHOWN]) + ("..." if len(key) > _NAME_SHOWN else "")
+                raise TaskError(
+                    task, file,
+                    f"part name {shown} is not a short name (letters, digits, _ . : -, 1 to {_NAME_CHARS} characters)",
+                )
+            number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else math.inf
+            if not math.isfinite(number):
+                raise TaskError(task, file, f"{key!r} is {_excerpt(str(value).encode())}, not a finite number")
+            if abs(number) > MAX_REWARD:
+                raise TaskError(task, file, f"{key!r} is {number!r}, past the bound on a reward ({MAX_REWARD:g} either way)")
+            parts[key] = number
         if "reward" in parts:
             reward = parts.pop("reward")
         elif reward_txt is not None:
@@ -379,7 +418,11 @@ def _reward_text(task: str, data: bytes) -> float:
     except ValueError:
         raise TaskError(task, file, f"not a number: {_excerpt(data)}") from None
     if not math.isfinite(value):
-        raise TaskError(task, file, f"{text} is not a finite number")
+        # float() reads only digits, signs, points, exponents and inf/nan: no quotes needed,
+        # but a long run of digits is cut like any excerpt.
+        raise TaskError(task, file, f"{_excerpt(data)[1:-1]} is not a finite number")
+    if abs(value) > MAX_REWARD:
+        raise TaskError(task, file, f"{value!r} is past the bound on a reward ({MAX_REWARD:g} either way)")
     return value
 
 

@@ -10,10 +10,14 @@ scores 0.0 and the paths are named.
 
 The check looks twice:
 
-1. `first_look`, from the engine's list alone, before anything in the container runs again:
+1. `first_look`, from the engine's list and the image's own links (`ImageLinks`, listed
+   once per image in a fresh container of it), before anything in the container runs again:
    anything in the system folders (`SYSTEM_FOLDERS`: programs, libraries, the dynamic
-   loader, Debian's Python), the loader's settings (`LOADER_FILES`), Perl's and npm's own
-   modules (`LIBRARY_FOLDERS`), Python start-up modules (``sitecustomize``,
+   loader, Debian's Python), the loader's settings (`LOADER_FILES`), Debian's alternatives
+   (`ALTERNATIVES`), Perl's and npm's own modules (`LIBRARY_FOLDERS`), what a protected link
+   leads to wherever it lies (``/usr/bin/awk -> /etc/alternatives/awk``,
+   ``/usr/bin/py3versions -> ../share/python3/py3versions.py``: the links and folders on the
+   way, the file it names), Python start-up modules (``sitecustomize``,
    ``usercustomize``: anywhere), a user site (``~/.local/lib/python*``), pytest's settings
    at ``/``, a shared library of the image's in /usr/local/lib; of each Python
    installation (/usr/local, and a virtual environment whose ``bin`` is on the PATH): its
@@ -31,7 +35,8 @@ The check looks twice:
    name the image has in a later ``PATH`` folder (it shadows it); a Python module added at
    the top of a package folder or a ``PYTHONPATH`` folder whose name the image has in
    another Python folder; an added package whose ``entry_points.txt`` declares a pytest
-   plugin (pytest loads those on its own); a protected folder that changed and is now not a
+   plugin (pytest loads those on its own); a folder on the way of a protected link that
+   changed and is now not a folder; a protected folder that changed and is now not a
    folder, writable by users other than root or not owned by root (a test that runs the
    agent's code as ``nobody`` would let it plant programs there); an account other than
    root with uid 0 in a changed ``/etc/passwd`` (``setpriv --reuid=nobody`` would run the
@@ -42,15 +47,19 @@ a Python module of its own, an image's program in /usr/local/bin that no system 
 shares a name with, changed (a task may ask to fix such a script), a virtual environment of
 its own that the tests' PATH does not name. What the check cannot see: what the tests read
 as data (the agent's work, as in Harbor), the working folder, which comes first on
-``sys.path`` for ``python -m`` and ``python -c``, files read by login shells or PAM.
+``sys.path`` for ``python -m`` and ``python -c``, files read by login shells or PAM,
+settings in /etc that a program reads and that can run code (``/etc/gitconfig``), what a
+folder a protected link names holds.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import posixpath
 import re
+import secrets
 import shlex
 import stat
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +68,8 @@ from dataclasses import dataclass, field
 from envsdk.sandbox.container import ENGINE_CALL_S, ContainerError, ContainerSandbox
 
 __all__ = [
+    "ALTERNATIVES",
+    "DATA_LINKS",
     "INTERPRETERS",
     "LIBRARY_FOLDERS",
     "LOADER_FILES",
@@ -66,11 +77,14 @@ __all__ = [
     "START_PROGRAMS",
     "SYSTEM_FOLDERS",
     "FirstLook",
+    "ImageLinks",
     "Surface",
     "check",
     "container_env",
     "describe",
     "first_look",
+    "image_links",
+    "protected_by",
     "second_look",
     "second_look_script",
 ]
@@ -87,6 +101,18 @@ SYSTEM_FOLDERS = (
 #: program; ld.so.conf(.d) and the cache say where libraries are found. (/etc/bash.bashrc is
 #: not here: a bash that is not interactive does not read it.)
 LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.cache")
+#: Debian's alternatives: /usr/bin/awk, which, pager, java... are links through
+#: /etc/alternatives, which update-alternatives (and dpkg, which runs it) points again from its
+#: records in /var/lib/dpkg/alternatives. The programs themselves follow only the links (an
+#: edited record changes nothing until update-alternatives runs), but neither folder holds
+#: anything an agent has a reason to change without also changing the system folders.
+ALTERNATIVES = ("/etc/alternatives", "/var/lib/dpkg/alternatives")
+#: Links in the system folders that lead to data a task may well change: OpenSSL's
+#: certificates and keys (``update-ca-certificates`` rewrites
+#: /etc/ssl/certs/ca-certificates.crt; a server's key goes to /etc/ssl/private). What they
+#: lead to is not protected (OpenSSL's settings, /usr/lib/ssl/openssl.cnf, are: they may load
+#: a library).
+DATA_LINKS = ("/usr/lib/ssl/cert.pem", "/usr/lib/ssl/certs", "/usr/lib/ssl/private")
 #: Other interpreters' own modules outside the system folders: Perl's (Debian's @INC puts
 #: /etc/perl and the /usr/local ones first), npm's (``npm test``, ``npx``), and a
 #: node_modules at the root (Node looks for modules in every folder above the script: /tests's
@@ -120,6 +146,8 @@ PYTHON_PREFIXES = ("/usr", "/usr/local")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: At most this many questions for the second look; past it their paths count as tampering.
 MAX_QUESTIONS = 1024
+#: Links followed in resolving one path, as the kernel allows (past it: ELOOP).
+MAX_LINKS = 40
 
 _USER_SITE = re.compile(r"/\.local/lib/python[^/]*(/|$)")
 _PYTEST_PLUGIN = re.compile(r"\.(dist|egg)-info/entry_points\.txt$")
@@ -238,40 +266,171 @@ class Surface:
         return [f"{f}/{module}{end}" for f in folders for end in ("", ".py", ".pyc", ".so", ".*.so")]
 
 
+@dataclass(frozen=True)
+class _Hop:
+    """A path that resolving a protected link passes by. `hard`: one of the links is protected
+    whatever its name (else each of `roots` is a link in a PATH folder, judged by its name);
+    `folder`: a folder on the way (or one a link names), not a file or link it names."""
+
+    hard: bool
+    folder: bool
+    roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageLinks:
+    """An image's symbolic links, as `PROBE` lists them in a container of it that nobody
+    changed: each link's path (its folders hold no link: find does not follow links), its
+    target as written, and the type of what it finally names (find's ``%Y``: ``f``, ``d``,
+    ``N`` for nothing, ``L`` for a loop...).
+
+    A protected link (`protected_by`) leads the verification to paths the agent may write:
+    ``/usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk``,
+    ``/usr/bin/py3versions -> ../share/python3/py3versions.py``,
+    ``/usr/lib/ssl/openssl.cnf -> /etc/ssl/openssl.cnf`` (which Python's hashlib reads, and
+    which may load a library), ``/usr/local/bin/node -> /opt/node/bin/node``. `hops` names
+    them, so that the first look protects each as much as the link: the links on the way, the
+    folders on the way (not replaced), and the file the link names. What a folder a link
+    names holds is not protected (a file added to /opt/jdk when /usr/lib/jvm/default links
+    there is judged as anywhere else), nor what `DATA_LINKS` lead to."""
+
+    targets: Mapping[str, str] = field(default_factory=dict)
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    _hops: dict[Surface, dict[str, _Hop]] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(cls, output: bytes) -> ImageLinks:
+        """`PROBE`'s output read; `ValueError` when it is not the whole answer."""
+        records = output.decode("utf-8", "surrogateescape").split("\0")
+        if records[-2:] != ["END", ""] or (len(records) - 2) % 3:
+            raise ValueError("the list of the image's links is cut short")
+        fields = records[:-2]
+        paths = fields[0::3]
+        return cls(dict(zip(paths, fields[1::3], strict=True)), dict(zip(paths, fields[2::3], strict=True)))
+
+    def resolve(self, link: str) -> list[str]:
+        """The paths resolving `link` passes by after it, in order, as the kernel walks them:
+        each folder and link (``..`` goes back to a folder already passed); the last is what
+        it names. At most `MAX_LINKS` links are followed."""
+        passed: list[str] = []
+        current = link.rpartition("/")[0]
+        todo: list[str] = []
+        target: str | None = self.targets[link]
+        followed = 0
+        while target is not None:
+            followed += 1
+            if target.startswith("/"):
+                current = ""
+            todo[:0] = target.split("/")
+            target = None
+            while todo and target is None:
+                part = todo.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    current = current.rpartition("/")[0]
+                    continue
+                path = f"{current}/{part}"
+                passed.append(path)
+                target = self.targets.get(path) if followed < MAX_LINKS else None
+                if target is None:
+                    current = path
+        return passed
+
+    def hops(self, surface: Surface) -> dict[str, _Hop]:
+        """What the protected links lead to, outside the places protected whole (see the class
+        docstring): each path and how it is protected. Worked out once per `surface`."""
+        found = self._hops.get(surface)
+        if found is None:
+            found = self._hops[surface] = self._reached(surface)
+        return found
+
+    def _reached(self, surface: Surface) -> dict[str, _Hop]:
+        found: dict[str, _Hop] = {}
+        for link in self.targets:
+            hard = protected_by(link, surface)
+            if hard is None:
+                continue
+            passed = self.resolve(link)
+            for index, path in enumerate(passed):
+                if _whole(path, surface):
+                    continue
+                folder = path not in self.targets and (index < len(passed) - 1 or self.kinds.get(link) == "d")
+                hop = _Hop(hard, folder, () if hard else (link,))
+                known = found.get(path)
+                if known is not None:
+                    hop = _Hop(known.hard or hard, known.folder and folder, tuple(dict.fromkeys(known.roots + hop.roots)))
+                found[path] = hop
+        return found
+
+
+def protected_by(link: str, surface: Surface) -> bool | None:
+    """How a link of the image is protected: True when any change of it is tampering (what it
+    leads to then is protected the same), False for one in a PATH folder outside the system
+    folders that is judged by its name (what it leads to then counts when the name shadows a
+    program further on the PATH), None when it is not protected."""
+    if link in DATA_LINKS:
+        return None
+    if _static(link, "C", {}, surface):
+        return True
+    return False if posixpath.dirname(link) in surface.user_path else None
+
+
 @dataclass
 class FirstLook:
     """What the engine's list alone shows (`tampered`), and what the second look must ask the
     container: `shadows` (an entry, the folder it may shadow from, and the paths or globs
     whose existence in the image makes it a shadow), `plugins` (added entry_points.txt
     files), `folders` (changed protected folders whose type, owner and mode matter),
-    `passwd` (whether /etc/passwd changed); `added`: every path the agent added."""
+    `passwd` (whether /etc/passwd changed), `kept` (changed folders on the way of a protected
+    link, which must still be folders); `added`: every path the agent added."""
 
     tampered: list[str] = field(default_factory=list)
     shadows: list[tuple[str, str, list[str]]] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
     passwd: bool = False
+    kept: list[str] = field(default_factory=list)
     added: frozenset[str] = frozenset()
 
     @property
     def questions(self) -> int:
-        return len(self.shadows) + len(self.plugins) + len(self.folders) + self.passwd
+        return len(self.shadows) + len(self.plugins) + len(self.folders) + self.passwd + len(self.kept)
 
     @property
     def asked(self) -> list[str]:
         """The paths the questions are about."""
-        return [path for path, _, _ in self.shadows] + self.plugins + self.folders + ["/etc/passwd"] * self.passwd
+        return (
+            [path for path, _, _ in self.shadows] + self.plugins + self.folders + ["/etc/passwd"] * self.passwd
+            + self.kept
+        )
 
 
-def first_look(changes: Iterable[tuple[str, str]], surface: Surface) -> FirstLook:
-    """Judge the engine's list of `changes` (``(kind, path)``) against `surface` (see the
-    module docstring); what only the container can answer goes into the result's questions."""
+def first_look(changes: Iterable[tuple[str, str]], surface: Surface, links: ImageLinks | None = None) -> FirstLook:
+    """Judge the engine's list of `changes` (``(kind, path)``) against `surface` and what the
+    image's protected `links` lead to (see the module docstring); what only the container can
+    answer goes into the result's questions."""
     kinds = {path: kind for kind, path in changes}
     above = {parent for path in kinds for parent in _parents(path)}
     look = FirstLook(added=frozenset(p for p, k in kinds.items() if k == "A"), passwd="/etc/passwd" in kinds)
     targets = surface.targets
+    hops = links.hops(surface) if links is not None else {}
     for path, kind in sorted(kinds.items()):
         listed_below = path in above
+        hop = hops.get(path)
+        if hop is not None:
+            if hop.folder and (kind == "C" or kind == "A" and listed_below):
+                # A folder on the way that changed (/etc always does: the engine mounts files
+                # there) must still be a folder; in one the agent made, with the rest of the
+                # way in it, what is on the way is judged on its own.
+                if kind == "C" and hop.hard:
+                    look.kept.append(path)
+            elif hop.hard:
+                look.tampered.append(path)
+                continue
+            else:
+                for root in hop.roots:
+                    _shadow(look, path, posixpath.basename(root), posixpath.dirname(root), kinds, surface)
         guarded = any(_under(t, path) for t in targets) or surface.python_folder(path) > 0
         if listed_below and kind == "C":
             # A folder listed because something in it changed: that is what is judged (and,
@@ -292,11 +451,17 @@ def first_look(changes: Iterable[tuple[str, str]], surface: Surface) -> FirstLoo
     return look
 
 
+def _whole(path: str, surface: Surface) -> bool:
+    """Whether `path` lies where any change is tampering, whatever it is."""
+    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *LIBRARY_FOLDERS, *surface.whole_folders,
+                 *surface.named_files)
+    return any(_under(path, f) for f in protected)
+
+
 def _static(path: str, kind: str, kinds: Mapping[str, str], surface: Surface) -> bool:
     """Whether the change of `path` alone makes the verification untrustworthy."""
     name, parent = posixpath.basename(path), posixpath.dirname(path)
-    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *LIBRARY_FOLDERS, *surface.whole_folders, *surface.named_files)
-    if any(_under(path, f) for f in protected):
+    if _whole(path, surface):
         return True
     if path in PYTEST_ROOT_FILES or _USER_SITE.search(path) or surface.python_lib(path):
         return True
@@ -323,20 +488,26 @@ def _static(path: str, kind: str, kinds: Mapping[str, str], surface: Surface) ->
     return False
 
 
+def _shadow(look: FirstLook, path: str, name: str, folder: str, kinds: Mapping[str, str], surface: Surface) -> None:
+    """`path` counts when a program `name` in PATH folder `folder` shadows one the image has
+    further on the PATH: known from the list, or asked."""
+    ask: list[str] = []
+    for later in surface.path[surface.path.index(folder) + 1:]:
+        other = f"{later}/{name}"
+        if kinds.get(other) in ("C", "D"):
+            # The image has it there: the entry shadows it.
+            look.tampered.append(path)
+            return
+        if other not in kinds:
+            ask.append(shlex.quote(other))
+    if ask:
+        look.shadows.append((path, folder, ask))
+
+
 def _questions(look: FirstLook, path: str, kind: str, kinds: Mapping[str, str], surface: Surface) -> None:
     name, parent = posixpath.basename(path), posixpath.dirname(path)
     if parent in surface.user_path:
-        ask: list[str] = []
-        for folder in surface.path[surface.path.index(parent) + 1:]:
-            other = f"{folder}/{name}"
-            if kinds.get(other) in ("C", "D"):
-                # The image has it there: the entry shadows it.
-                look.tampered.append(path)
-                return
-            if other not in kinds:
-                ask.append(shlex.quote(other))
-        if ask:
-            look.shadows.append((path, parent, ask))
+        _shadow(look, path, name, parent, kinds, surface)
         return
     package = surface.package(path)
     if kind != "A" or (package is None and parent not in surface.python_path):
@@ -364,6 +535,9 @@ def second_look_script(look: FirstLook) -> str:
     if look.folders:
         lines.append("printf 'F\\0'; /usr/bin/stat --printf '%f %u %g %n\\0' -- "
                      + " ".join(shlex.quote(f) for f in look.folders) + " 2>/dev/null")
+    if look.kept:
+        lines.append("printf 'K\\0'; /usr/bin/stat --printf '%f %u %g %n\\0' -- "
+                     + " ".join(shlex.quote(f) for f in look.kept) + " 2>/dev/null")
     if look.passwd:
         lines.append(
             "while IFS=: read -r n _ u _; do if [ \"$n\" != root ] && [[ $u =~ ^0+$ ]]; then printf 'U\\0'; fi; "
@@ -389,12 +563,14 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
             tampered.append(look.plugins[int(record[1:])])
         elif record == "U":
             tampered.append("/etc/passwd")
-        elif record == "F":
-            current = "F"
-        elif current == "F":
+        elif record in ("F", "K"):
+            current = record
+        elif current in ("F", "K"):
             mode, uid, gid, folder = record.split(" ", 3)
             bits = int(mode, 16)
-            if not stat.S_ISDIR(bits) or bits & 0o002 or (bits & 0o020 and gid != "0") or uid != "0":
+            if not stat.S_ISDIR(bits) or current == "F" and (
+                bits & 0o002 or (bits & 0o020 and gid != "0") or uid != "0"
+            ):
                 tampered.append(folder)
         elif current is not None and current.startswith("S"):
             path, folder, _ = look.shadows[int(current[1:])]
@@ -407,7 +583,18 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
 
 #: Of the paths found, how many the verdict names (the server's debug log names them all).
 SHOWN = 20
+#: What lists an image's symbolic links (`ImageLinks`): the image's own find, on its root
+#: filesystem only (not /proc, /sys, or what the engine mounts).
+PROBE = ("find", "/", "-xdev", "-type", "l", "-printf", "%p\\0%l\\0%Y\\0")
+#: The container that runs it: nothing to write, no network, few processes.
+PROBE_OPTIONS = (
+    "--rm", "--network", "none", "--log-driver", "none", "--memory", "256m", "--pids-limit", "64",
+    "--security-opt", "no-new-privileges",
+)
+#: The most of its answer read (a Debian image with Python answers about 50 KB).
+PROBE_BYTES = 16 << 20
 _image_env: dict[str, dict[str, str]] = {}
+_image_links: dict[str, ImageLinks] = {}
 
 
 def container_env(sandbox: ContainerSandbox) -> dict[str, str]:
@@ -422,13 +609,42 @@ def container_env(sandbox: ContainerSandbox) -> dict[str, str]:
     return found
 
 
+def image_links(sandbox: ContainerSandbox, *, timeout_s: float) -> ImageLinks:
+    """The symbolic links of `sandbox`'s image, listed by the engine's ``run --rm`` of that
+    image (a container nothing else touches, which writes nothing, so no store room is
+    promised to it); the same for every container of an image, so listed once per image.
+    `ContainerError` when the engine fails, the image has no GNU find, or the answer is over
+    `PROBE_BYTES`."""
+    found = _image_links.get(sandbox.image)
+    if found is None:
+        name = f"envsdk-links-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            listed = sandbox.engine.call(
+                ["run", "--name", name, *PROBE_OPTIONS, "--entrypoint", PROBE[0], sandbox.image, *PROBE[1:]],
+                timeout=timeout_s,
+            )
+        except ContainerError as exc:
+            sandbox.engine.remove([name])  # a run cut at its deadline may have left it
+            raise ContainerError(f"cannot list the links of image {sandbox.image}: {exc}") from None
+        try:
+            if len(listed.stdout) > PROBE_BYTES:
+                raise ValueError(f"over {PROBE_BYTES} bytes")
+            found = ImageLinks.parse(listed.stdout + b"END\0")
+        except ValueError as exc:
+            raise ContainerError(f"cannot list the links of image {sandbox.image}: {exc}") from None
+        _image_links[sandbox.image] = found
+    return found
+
+
 def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float) -> list[str]:
     """Stop every process of `sandbox`, and list what the agent changed that the verification
     depends on (`env`: variables the tests get beside the container's own). The container is
     started again (only the image's programs running) when the first look finds nothing, and
     left stopped when it does. The paths, a folder standing for what it holds; [] when none.
-    `ContainerError` when the engine or the second look fails."""
-    look = first_look(sandbox.changes(stop=True, timeout=timeout_s), Surface.of({**container_env(sandbox), **env}))
+    `ContainerError` when the engine, the image's list of links or the second look fails."""
+    links = image_links(sandbox, timeout_s=timeout_s)
+    surface = Surface.of({**container_env(sandbox), **env})
+    look = first_look(sandbox.changes(stop=True, timeout=timeout_s), surface, links)
     if look.tampered:
         return _leaves(look.tampered)
     sandbox.stop_processes()

@@ -1,18 +1,25 @@
 """The Harbor server's parts that need no container: how a verifier's reward files are read
-(Harbor's rules; a broken file is one line naming the task and the file), the step action's
+(Harbor's rules, plus short part names and a bound on the numbers; a broken file is one line
+naming the task and the file), what of the verdict goes to the client, the step action's
 arguments, what the agent reads of a command, and the command line's usage errors."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from envsdk.sandbox import CompletedRun
-from servers.harbor.environment import HarborLimits, _bash_outcome, parse_reward
+from servers.harbor.environment import (
+    HarborLimits,
+    Verdict,
+    _bash_outcome,
+    parse_reward,
+)
 from servers.harbor.models import HarborAction
 from servers.harbor.tasks import TaskError
 
@@ -65,6 +72,74 @@ def test_a_reward_that_cannot_be_read_is_one_line_naming_the_file(
     with pytest.raises(TaskError) as caught:
         parse_reward("t", reward_json, reward_txt)
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("reward_json", "reward_txt", "reward", "parts"),
+    [
+        # Part names are short identifiers; the reward may be any number up to the bound.
+        (b'{"reward": 1, "tests.passed": 3, "unit:io-2": 1, "A_b": 0}', None, 1.0,
+         {"tests.passed": 3.0, "unit:io-2": 1.0, "A_b": 0.0}),
+        (b'{"reward": -1000000, "' + b"n" * 64 + b'": 1e6}', None, -1e6, {"n" * 64: 1e6}),
+        (None, b"1e6", 1e6, {}),
+        # 32 numbers in all, the reward among them; the names of fields that are no number are
+        # never sent, so they are not checked.
+        (b"{" + b", ".join(b'"p%d": 1' % n for n in range(31)) + b', "reward": 1, "a note!": "x"}', None, 1.0,
+         {f"p{n}": 1.0 for n in range(31)}),
+    ],
+)
+def test_reward_json_parts_are_short_names_and_numbers_within_the_bound(
+    reward_json: bytes | None, reward_txt: bytes | None, reward: float, parts: dict[str, float]
+) -> None:
+    assert parse_reward("t", reward_json, reward_txt) == (reward, parts)
+
+
+# What a verifier's hook (or a broken test) could put in reward.json: the text of the tests.
+LEAK = "LEAK /tests/expected_report.txt: 66 E1001 51 E2041 42 E4004 SECRET-TAIL-" + "x" * 200 + " END-OF-TESTS"
+
+
+@pytest.mark.parametrize(
+    ("reward_json", "reward_txt", "said"),
+    [
+        (f'{{"reward": 1, "{LEAK}": 0}}'.encode(), None,
+         "task t: /logs/verifier/reward.json: part name 'LEAK /tests/expected_report"),
+        (b'{"reward": 1, "a b": 0}', None, "task t: /logs/verifier/reward.json: part name 'a b' is not a short name"),
+        (b'{"reward": 1, "": 0}', None, "task t: /logs/verifier/reward.json: part name '' is not a short name"),
+        (b'{"reward": 1, "' + b"n" * 65 + b'": 0}', None, "task t: /logs/verifier/reward.json: part name 'nnnn"),
+        ('{"reward": 1, "caf\u00e9": 0}'.encode(), None, "task t: /logs/verifier/reward.json: part name 'caf\\xe9'"),
+        (b'{"reward": 1, "line\\nbreak": 0}', None, "task t: /logs/verifier/reward.json: part name 'line\\nbreak'"),
+        # The name is judged before the value: a NaN does not bring it into the message whole.
+        (f'{{"{LEAK}": NaN}}'.encode(), None, "task t: /logs/verifier/reward.json: part name 'LEAK"),
+        (b"{" + b", ".join(b'"p%d": 1' % n for n in range(33)) + b"}", None,
+         "task t: /logs/verifier/reward.json: 33 numbers, more than 32"),
+        # Rewards past the bound: a broken (or subverted) verifier, never a trainer's signal.
+        (None, b"1e300", "task t: /logs/verifier/reward.txt: 1e+300 is past the bound on a reward (1e+06 either way)"),
+        (None, b"-1000001", "task t: /logs/verifier/reward.txt: -1000001.0 is past the bound"),
+        (b'{"reward": 1e300}', None, "task t: /logs/verifier/reward.json: 'reward' is 1e+300, past the bound"),
+        (b'{"reward": 1, "mean": -2e6}', None, "task t: /logs/verifier/reward.json: 'mean' is -2000000.0, past the bound"),
+        (b'{"reward": 1' + b"0" * 400 + b"}", None, "task t: /logs/verifier/reward.json: 'reward' is '1000000000"),
+        # Text that float() reads as infinity is shown cut short too (its digits could carry text).
+        (None, b"9" * 5000, "task t: /logs/verifier/reward.txt: 99999999"),
+    ],
+)
+def test_a_reward_json_that_could_carry_text_or_an_absurd_number_is_a_broken_verifier(
+    reward_json: bytes | None, reward_txt: bytes | None, said: str
+) -> None:
+    with pytest.raises(TaskError) as caught:
+        parse_reward("t", reward_json, reward_txt)
+    message = str(caught.value)
+    assert message.startswith(said) and "\n" not in message
+    # Never more than a short excerpt of what the verifier wrote goes back to the client.
+    assert len(message) < 200 and "SECRET-TAIL" not in message and "END-OF-TESTS" not in message
+
+
+def test_the_verdict_sends_numbers_only() -> None:
+    # Of the verifier's run, the client gets its exit status and whether it timed out (its
+    # seconds go with the step's timings); its output stays in the server's log, and the part
+    # names are short identifiers (above).
+    verdict = Verdict(reward=1.0, parts={"a": 1.0}, exit_code=3, seconds=1.5, timed_out=False)
+    assert verdict.wire() == {"exit_code": 3, "timed_out": False}
+    assert {f.name for f in fields(Verdict)} == {"reward", "parts", "exit_code", "seconds", "timed_out", "tampered"}
 
 
 @pytest.mark.parametrize(
