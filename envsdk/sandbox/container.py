@@ -25,6 +25,21 @@ are removed each new process may be killed too, but the host and other container
 touched. Where the store is not a tmpfs (a Docker daemon, podman without root) a storage limit
 cannot be held and `ContainerProvider.start` refuses unless ``allow_unbounded_disk=True``.
 
+The store is shared (by every provider of every process on the machine that uses it), and its
+tmpfs has a size: each container alone is bounded, but not their sum. So `ContainerProvider.start`
+admits a container only where the store can hold all it may write (its whole memory limit)
+beside what every running container was promised: what is free now (`os.statvfs`), less the
+promises of running containers, less `STORE_SLACK_MB` for the engine, must cover it. A start
+waits for that room (others end) for up to half its ``start_timeout_s``; then a one-line
+`StoreFullError` (a `ContainerStartError`) names the store, what is free and what the container
+needs.
+Promises are kept in a small file under the engine's lock folder (`ContainerEngine.store_ledger`,
+locked while read and written) with each container's owner; a promise of an owner that is gone
+is dropped with its container (removed then). A container's files count both in what the store
+has used and in its promise while it runs, so the store admits fewer containers than it could
+once some have written much, never more (what a container wrote cannot be told, cheaply and
+exactly, from what it holds in shared memory).
+
 Commands. ``podman exec`` costs 0.1-0.15 s a call (its command-line client starts each time),
 so each container keeps one bash running (started once by ``exec -i``, stdin and stdout
 attached: `KEPT_SHELL`); a command is one line to it, answered with its exit status and output.
@@ -47,7 +62,8 @@ walls (a kernel flaw); keep secrets off machines that run untrusted tasks.
 Environment variables: ``ENVSDK_CONTAINER_ENGINE`` (``auto``, ``podman``, ``docker``: what
 `ContainerEngine.detect` picks by default), ``ENVSDK_PODMAN_ROOT`` (podman's folder: its store
 in ``storage/``, its ``containers.conf``; default ``/var/lib/envsdk/podman``),
-``ENVSDK_CONTAINER_STORE_MB`` (the size of the store's tmpfs, default 8192).
+``ENVSDK_CONTAINER_STORE_MB`` (the size of the store's tmpfs, default the host's RAM, at least
+8192; a store of ours mounted smaller is grown to it).
 """
 
 from __future__ import annotations
@@ -57,6 +73,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import secrets
@@ -70,7 +87,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -96,12 +113,30 @@ __all__ = [
     "ContainerStartError",
     "ImageBuildError",
     "ImageUnavailableError",
+    "StoreFullError",
+    "StoreSpace",
 ]
+
+logger = logging.getLogger("envsdk.sandbox")
 
 #: podman's folder when the server runs as root: its store (a tmpfs) and its containers.conf.
 DEFAULT_PODMAN_ROOT = Path("/var/lib/envsdk/podman")
 DEFAULT_PODMAN_RUNROOT = Path("/run/envsdk/podman")
-DEFAULT_STORE_MB = 8192
+#: The store's tmpfs size when nothing says otherwise: the host's RAM. A size is a cap, not RAM
+#: taken: what is stored uses RAM, and every container's files are bounded by its own memory
+#: limit. The store admits containers by their whole budget, so this is how many can run at once.
+def _default_store_mb() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return max(8192, int(line.split()[1]) // 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 8192
+
+
+DEFAULT_STORE_MB = _default_store_mb()
 #: podman's settings for these machines: the default ulimits raise RLIMIT_NOFILE, which is
 #: refused here; crun refuses cgroup v1's hybrid layout, runc does not.
 CONTAINERS_CONF = (
@@ -129,6 +164,11 @@ SHELL_EXIT_S = 2.0
 BUILD_STOP_S = 10.0
 #: How long the engine's own housekeeping calls (inspect, rm, restart, cp) may take.
 ENGINE_CALL_S = 60.0
+#: Room of the store no container is promised: the engine's own files (a container's settings,
+#: the rewritten list of layers) need it to start and remove containers.
+STORE_SLACK_MB = 32
+#: How often a start waiting for room in the store looks again.
+STORE_POLL_S = 0.25
 
 #: The container's first process: bash, because as PID 1 it reaps the processes that commands
 #: leave behind when they end (a ``sleep`` would keep them as zombies, which count against the
@@ -265,6 +305,31 @@ class ContainerStartError(ContainerError, SandboxStartError):
     """A container could not be started, or its kept shell did not answer in time."""
 
 
+class StoreFullError(ContainerStartError):
+    """The container store has no room for all a new container may write, beside what running
+    containers were promised: a start to retry once some end (the store is not full, and stays so)."""
+
+
+@dataclass(frozen=True)
+class StoreSpace:
+    """The room of a container store on a tmpfs (`ContainerProvider.store_space`), in MiB.
+
+    size_mb: the tmpfs's size. free_mb: free now (images and what running containers wrote
+    are used). promised_mb: what the `containers` running on it (of every process) may still
+    write, as promised when each was admitted. available_mb: what a new container may be
+    promised: free less the promises, less `STORE_SLACK_MB` kept for the engine."""
+
+    store: Path
+    size_mb: int
+    free_mb: int
+    promised_mb: int
+    containers: int
+
+    @property
+    def available_mb(self) -> int:
+        return max(0, self.free_mb - self.promised_mb - STORE_SLACK_MB)
+
+
 def _one_line(text: bytes | str, limit: int = 300) -> str:
     """The last non-empty line of an engine's output (where its error is), shortened."""
     if isinstance(text, bytes):
@@ -272,6 +337,12 @@ def _one_line(text: bytes | str, limit: int = 300) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = lines[-1] if lines else "(no output)"
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _tmpfs_mb(path: Path) -> int:
+    """The size of the file system at `path`, in MiB."""
+    stat = os.statvfs(path)
+    return stat.f_blocks * stat.f_frsize // (1 << 20)
 
 
 def _mount_fstype(path: Path) -> str | None:
@@ -290,6 +361,12 @@ def _owner() -> str:
     return f"{os.getpid()}:{_start_time(os.getpid())}"
 
 
+def _owner_alive(owner: str) -> bool:
+    """Whether the process of owner label `owner` (``<pid>:<start time>``) runs on this machine."""
+    pid, _, started = owner.partition(":")
+    return pid.isdigit() and str(_start_time(int(pid))) == started
+
+
 def _host() -> str:
     """This machine and boot: a container of another machine (one Docker daemon for several)
     or of an earlier boot is judged by that, not by a pid of this one."""
@@ -305,7 +382,7 @@ class ContainerEngine:
 
     podman (``kind="podman"``): its own store, apart from any other podman of the machine:
     ``root/storage`` (``root``: ``ENVSDK_PODMAN_ROOT``, default ``/var/lib/envsdk/podman``)
-    on a tmpfs of ``store_mb`` (``ENVSDK_CONTAINER_STORE_MB``, default 8192) that the engine
+    on a tmpfs of ``store_mb`` (``ENVSDK_CONTAINER_STORE_MB``, default the host's RAM) that the engine
     mounts when it runs as root and nothing is mounted there yet (the mount stays: it is the
     image cache of every later server; ``umount`` it to free the RAM), its run state in
     ``runroot`` (``/run/envsdk/podman``), its settings in ``root/containers.conf`` (written by
@@ -385,6 +462,14 @@ class ContainerEngine:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return path
 
+    @property
+    def store_ledger(self) -> Path | None:
+        """The file of the store room promised to running containers, shared by every process
+        on this store (None where the engine has no store of its own)."""
+        if self.store is None:
+            return None
+        return self.lock_dir / f"store-{hashlib.sha256(str(self.store).encode()).hexdigest()[:16]}.json"
+
     def prepare(self) -> None:
         """Make podman's folders, mount its store's tmpfs (as root, where nothing is mounted)
         and write its containers.conf. Once; raises `ContainerError`."""
@@ -413,6 +498,11 @@ class ContainerEngine:
                     raise ContainerError(
                         f"cannot mount the container store's tmpfs at {self.store}: {_one_line(result.stderr)}"
                     )
+            elif _mount_fstype(self.store) == "tmpfs" and _tmpfs_mb(self.store) < self.store_mb:
+                # A store of ours mounted smaller (an earlier default, another setting) grows; a
+                # failure leaves it as it is, and the admission check counts what it holds.
+                subprocess.run(["mount", "-o", f"remount,size={self.store_mb}m", str(self.store)],
+                               capture_output=True, timeout=30, check=False)
             self._ready = True
 
     def argv(self, args: Sequence[str]) -> list[str]:
@@ -466,11 +556,12 @@ class ContainerEngine:
             args += ["--change", change]
         self.call([*args, str(tar), name], timeout=600)
 
-    def remove(self, containers: list[str]) -> None:
+    def remove(self, containers: list[str]) -> int:
         """Kill and remove `containers` (names or ids) and their anonymous volumes, at once
-        (no stop grace); those already gone are no error."""
+        (no stop grace); those already gone are no error. How many were removed."""
         grace = ["-t", "0"] if self.kind == "podman" else []
-        self.call(["rm", "-f", "-v", *grace, *containers], timeout=ENGINE_CALL_S, check=False)
+        result = self.call(["rm", "-f", "-v", *grace, *containers], timeout=ENGINE_CALL_S, check=False)
+        return len(result.stdout.split())
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.kind, "executable": self.executable,
@@ -525,6 +616,52 @@ class _StartRate:
             self._next = slot + self.interval
         if slot > now:
             time.sleep(slot - now)
+
+
+class _StoreLedger:
+    """The store room promised to running containers: a JSON list of ``{"owner", "name",
+    "mb"}`` in the file `path`, read and written by every process on the store under an
+    exclusive lock (a file beside it), and replaced whole so that no reader sees half of it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_suffix(".lock")
+
+    @contextlib.contextmanager
+    def entries(self, engine: ContainerEngine, deadline: float) -> Iterator[list[dict[str, Any]]]:
+        """The promises, locked until the block ends, then written back when the block changed
+        them. The promises of owners that are gone are dropped first, their containers
+        removed. `ContainerError` when the lock is not had by `deadline`."""
+        lock = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if not lock_by(lock, deadline):
+                raise ContainerError(f"the container store's promises ({self.path}) stayed locked by another process")
+            entries = self._read()
+            kept = [entry for entry in entries if _owner_alive(str(entry.get("owner", "")))]
+            if len(kept) != len(entries):
+                # Removed before their promises go: a container of a killed server may still write.
+                gone = [str(entry.get("name")) for entry in entries if entry not in kept]
+                _say_removed(engine.remove(gone))
+            yield kept
+            if kept != entries:
+                self._write(kept)
+        finally:
+            os.close(lock)
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            found = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            logger.warning("the container store's promises in %s cannot be read (%s): starting afresh", self.path, exc)
+            return []
+        return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries))
+        partial.replace(self.path)
 
 
 def _context_digest(context: Path, dockerfile: str) -> str:
@@ -589,6 +726,13 @@ class ContainerProvider:
         self.starts_per_s = starts_per_s
         self.allow_unbounded_disk = allow_unbounded_disk
         self._rate = _StartRate(starts_per_s)
+        ledger = self.engine.store_ledger
+        self._ledger = None if ledger is None else _StoreLedger(ledger)
+        #: The names of the containers started and not closed yet (those being started too),
+        #: and how many times `remove_all` ran: a start it cut gives its container up.
+        self._live: set[str] = set()
+        self._removals = 0
+        self._live_lock = threading.Lock()
         self._orphans_removed = False
         self._orphans_lock = threading.Lock()
         self._build_locks: dict[str, threading.Lock] = {}
@@ -698,9 +842,12 @@ class ContainerProvider:
         """A started container of `image` whose kept shell answers, within
         ``limits.start_timeout_s`` (after its turn under ``starts_per_s``). `workdir`: where
         commands and relative paths start (default: the image's working folder). Raises
-        `ContainerStartError` (one line, naming the image)."""
+        `ContainerStartError` (one line, naming the image); `StoreFullError` when the store
+        has no room for all the container may write, within half of ``start_timeout_s`` (see
+        the module docstring)."""
         limits = limits or self.limits
-        if not self.allow_unbounded_disk and not self.engine.disk_bounded:
+        bounded = self.engine.disk_bounded
+        if not self.allow_unbounded_disk and not bounded:
             raise ContainerStartError(
                 f"{self.engine.kind}'s store is not a tmpfs, so a container's storage_mb ({limits.storage_mb}) cannot "
                 "be held; run as root with podman (its store then lives on a tmpfs) or pass allow_unbounded_disk=True"
@@ -709,6 +856,31 @@ class ContainerProvider:
         self._rate.wait()
         deadline = time.monotonic() + limits.start_timeout_s
         name = f"envsdk-{os.getpid()}-{next(_names)}-{secrets.token_hex(3)}"
+        if bounded:
+            # Room may free up as other containers end: wait for it, with half the start's time.
+            self._promise(name, image, limits.container_memory_mb, deadline - limits.start_timeout_s / 2)
+        with self._live_lock:
+            self._live.add(name)
+            removals = self._removals
+        try:
+            sandbox = self._run_container(image, name, limits, workdir, env, deadline)
+        except BaseException:
+            self._forget(name)
+            raise
+        with self._live_lock:
+            cut = self._removals != removals
+        if cut:
+            sandbox.close()
+            raise ContainerStartError(
+                f"cannot start a container of {image}: every container of its provider was removed meanwhile "
+                "(the server is shutting down)"
+            )
+        return sandbox
+
+    def _run_container(
+        self, image: str, name: str, limits: ContainerLimits, workdir: str | None, env: Mapping[str, str] | None,
+        deadline: float,
+    ) -> ContainerSandbox:
         args = [
             "run", "-d", "--name", name, "--hostname", "sandbox",
             "--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={_owner()}", "--label", f"{HOST_LABEL}={_host()}",
@@ -732,7 +904,7 @@ class ContainerProvider:
                 raise ContainerStartError(f"the image {image} has no bash ({detail})") from None
             raise ContainerStartError(f"cannot start a container of {image}: {detail}") from None
         container_id = result.stdout.decode().strip().splitlines()[-1]
-        sandbox = ContainerSandbox(self, container_id, image, limits, workdir)
+        sandbox = ContainerSandbox(self, container_id, image, limits, workdir, name=name)
         try:
             sandbox._open_shell(deadline)
         except SandboxError as exc:
@@ -740,9 +912,81 @@ class ContainerProvider:
             raise ContainerStartError(f"container of {image} did not start: {exc}") from None
         return sandbox
 
+    def store_space(self) -> StoreSpace | None:
+        """The room of the store for containers (see the module docstring); None where the
+        store is not a tmpfs of the engine's (nothing is promised there)."""
+        if self._ledger is None or not self.engine.disk_bounded:
+            return None
+        with self._ledger.entries(self.engine, time.monotonic() + ENGINE_CALL_S) as entries:
+            return self._space(entries)
+
+    def _space(self, entries: list[dict[str, Any]]) -> StoreSpace:
+        store = self.engine.store
+        assert store is not None
+        stats = os.statvfs(store)
+        return StoreSpace(
+            store=store, size_mb=stats.f_blocks * stats.f_frsize >> 20, free_mb=stats.f_bavail * stats.f_frsize >> 20,
+            promised_mb=sum(int(entry.get("mb", 0)) for entry in entries), containers=len(entries),
+        )
+
+    def _promise(self, name: str, image: str, need_mb: int, wait_until: float) -> None:
+        """Promise container `name` `need_mb` of the store, waiting until `wait_until` for the
+        room, or refuse it in one line."""
+        assert self._ledger is not None
+        waited = time.monotonic()
+        while True:
+            try:
+                with self._ledger.entries(self.engine, max(wait_until, time.monotonic() + 1.0)) as entries:
+                    space = self._space(entries)
+                    if need_mb <= space.available_mb:
+                        entries.append({"owner": _owner(), "name": name, "mb": need_mb})
+                        return
+            except ContainerError as exc:
+                raise ContainerStartError(f"cannot start a container of {image}: {exc}") from None
+            if time.monotonic() >= wait_until:
+                # What to act on first: a server may cut an error message short.
+                raise StoreFullError(
+                    f"cannot start a container of {image}: the container store {space.store} has "
+                    f"{space.available_mb} MiB left, and it needs {need_mb} MiB ({space.free_mb} MiB free, "
+                    f"{space.promised_mb} MiB of it promised to {space.containers} running "
+                    f"container{'' if space.containers == 1 else 's'}, {STORE_SLACK_MB} MiB kept for the engine; "
+                    f"waited {time.monotonic() - waited:.0f} s; a container needs memory_mb + storage_mb + its "
+                    f"command output): retry once containers end, or grow the store "
+                    f"(mount -o remount,size=<MB>m {space.store})"
+                )
+            time.sleep(min(STORE_POLL_S, max(wait_until - time.monotonic(), 0.0)))
+
+    def _forget(self, *names: str) -> None:
+        """Containers `names` are gone: their promises of store room too."""
+        with self._live_lock:
+            self._live.difference_update(names)
+        if self._ledger is None:
+            return
+        try:
+            with self._ledger.entries(self.engine, time.monotonic() + ENGINE_CALL_S) as entries:
+                entries[:] = [entry for entry in entries if entry.get("name") not in names]
+        except (ContainerError, OSError) as exc:
+            # Kept until this process ends (then dropped by the next reader): room lost, never overpromised.
+            logger.warning("cannot drop the store promise of container(s) %s: %s", ", ".join(names), exc)
+
+    def remove_all(self) -> int:
+        """Kill and remove every container this provider started and has not closed (a server's
+        shutdown), at once and without waiting for the calls running in them: those return
+        (a command as killed, returncode -9), the sandboxes then close at no cost. A start under
+        way when it runs gives its container up (`ContainerStartError`); later starts work as
+        before. How many were removed."""
+        with self._live_lock:
+            names = sorted(self._live)
+            self._removals += 1
+        if not names:
+            return 0
+        removed = self.engine.remove(names)
+        self._forget(*names)
+        return removed
+
     def remove_orphans(self) -> int:
         """Remove the containers of owners that are gone (servers killed before they could
-        close them) on this machine; how many were removed."""
+        close them) on this machine; how many were removed (a line in the log says it)."""
         listed = self.engine.call(
             ["ps", "-a", "--filter", f"label={LABEL}=1", "--format", "{{.ID}} {{json .Labels}}"],
             timeout=ENGINE_CALL_S,
@@ -756,16 +1000,13 @@ class ContainerProvider:
             labels = _labels(json.loads(raw))
             if labels.get(HOST_LABEL, host).split("/")[0] != host.split("/")[0]:
                 continue  # another machine's, sharing a daemon
-            owner = labels.get(OWNER_LABEL, "")
-            pid, _, started = owner.partition(":")
-            alive = (
-                labels.get(HOST_LABEL) == host and pid.isdigit() and str(_start_time(int(pid))) == started
-            )
-            if not alive:
+            if labels.get(HOST_LABEL) != host or not _owner_alive(labels.get(OWNER_LABEL, "")):
                 orphans.append(container_id)
-        if orphans:
-            self.engine.remove(orphans)
-        return len(orphans)
+        if not orphans:
+            return 0
+        removed = self.engine.remove(orphans)
+        _say_removed(removed)
+        return removed
 
     def _remove_orphans_once(self) -> None:
         with self._orphans_lock:
@@ -775,11 +1016,24 @@ class ContainerProvider:
 
     def describe(self) -> dict[str, Any]:
         """What the provider isolates, its engine and store, and its default limits."""
+        space = self.store_space()
+        room = None if space is None else {
+            "size_mb": space.size_mb, "free_mb": space.free_mb, "promised_mb": space.promised_mb,
+            "containers": space.containers, "available_mb": space.available_mb,
+        }
         return {
             "provider": self.name, "isolation": self.isolation, "isolates": list(self.isolates),
             "limits": asdict(self.limits), "starts_per_s": self.starts_per_s,
-            "allow_unbounded_disk": self.allow_unbounded_disk, **self.engine.describe(),
+            "allow_unbounded_disk": self.allow_unbounded_disk, **self.engine.describe(), "store_space": room,
         }
+
+
+def _say_removed(count: int) -> None:
+    if count:
+        logger.warning(
+            "removed %d container%s left by a process that is gone (a server killed before it could remove them)",
+            count, "" if count == 1 else "s",
+        )
 
 
 def _labels(raw: Any) -> dict[str, str]:
@@ -884,11 +1138,13 @@ class ContainerSandbox:
 
     def __init__(
         self, provider: ContainerProvider, container_id: str, image: str, limits: ContainerLimits,
-        workdir: str | None = None,
+        workdir: str | None = None, *, name: str | None = None,
     ) -> None:
         self.provider = provider
         self.engine = provider.engine
         self.id = container_id
+        #: The container's name in the engine (its id where it was given none).
+        self.name = name or container_id
         self.image = image
         self.limits = limits
         #: Where commands and relative paths start (the image's working folder unless `start`
@@ -1044,6 +1300,7 @@ class ContainerSandbox:
             self._drop_shell()
             self.engine.remove([self.id])
             _open_sandboxes.discard(self)
+        self.provider._forget(self.name)
 
     # ---------------------------------------------------------------- internals
 
@@ -1142,6 +1399,7 @@ class ContainerSandbox:
         self._closed = True
         self.engine.remove([self.id])
         _open_sandboxes.discard(self)
+        self.provider._forget(self.name)
 
     @staticmethod
     def _header(shell: _KeptShell, token: str, deadline: float, count: int) -> list[int]:

@@ -5,23 +5,32 @@ check-env harbor --tasks DIR`` checks them)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from envsdk.errors import EnvSDKError
+from envsdk.sandbox import SandboxError
 from envsdk.sandbox.container import ContainerEngine, ContainerLimits, ContainerProvider
 from envsdk.server import create_app
 from servers.harbor.environment import HarborEnvironment, HarborLimits, HarborTasks
 from servers.harbor.models import HarborAction, HarborObservation, HarborState
-from servers.harbor.tasks import TaskFolderError
+from servers.harbor.tasks import TaskError, TaskFolderError
 
-__all__ = ["create_harbor_app", "harbor_environment_factory"]
+__all__ = ["HarborSetupError", "create_harbor_app", "harbor_environment_factory"]
 
 logger = logging.getLogger("envsdk.harbor")
+
+
+class HarborSetupError(EnvSDKError):
+    """This Python lacks what the Harbor server needs (the ``mcp`` extra: its tools are served
+    over MCP); one line naming the install command."""
 
 
 def create_harbor_app(
@@ -51,7 +60,14 @@ def create_harbor_app(
     `server_options` are `envsdk.server.ServerConfig` fields; the step and reset deadlines
     default to what the limits need. ``/health`` gains ``harbor``: the tasks, the broken ones
     with their errors, whether the tamper check is on, and the container provider.
+
+    `HarborSetupError` (before anything is built) without the ``mcp`` extra. A line in the log
+    says when ``max_concurrent_envs`` containers of the largest task would not all fit in the
+    container store (a reset past its room waits a while for room, then fails in one line). At shutdown, once
+    requests had their ``drain_timeout_s``, every container of the provider is removed with
+    whatever runs in it, so the process exits in seconds whatever a command does.
     """
+    _require_mcp()
     served = _served_tasks(tasks, provider, engine, limits, allow_unbounded_disk, tamper_check)
     server_options.setdefault("env_name", "HarborEnvironment")
     server_options.setdefault("step_timeout_s", served.limits.step_timeout_s)
@@ -61,6 +77,9 @@ def create_harbor_app(
     )
     app.state.envsdk_harbor_tasks = served
     _add_harbor_health(app, served)
+    _say_when_the_store_is_short(served, app.state.envsdk_config.max_concurrent_envs)
+    _remove_containers_at_shutdown(app, served.provider)
+    _one_line_task_errors()
     return app
 
 
@@ -100,6 +119,117 @@ def _served_tasks(
     if not served.images:
         raise TaskFolderError(f"tasks folder {str(tasks)!r}: no task can be served (each one's error is logged above)")
     return served
+
+
+def _require_mcp() -> None:
+    """`HarborSetupError` unless fastmcp (the ``mcp`` extra) can be imported: without it the
+    server would serve no tool, and every episode would fail at its first tool call."""
+    try:
+        import fastmcp  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise HarborSetupError(
+            "the Harbor server serves its tools (bash, read_file, write_file, submit) over MCP, which needs "
+            "fastmcp, envsdk's [mcp] extra: run pip install -e '.[mcp]' in the envsdk clone "
+            "(or bash scripts/setup.sh mcp)"
+        ) from None
+
+
+def _say_when_the_store_is_short(served: HarborTasks, sessions: int) -> None:
+    """One warning line when `sessions` containers of the largest task the server plays would
+    not all fit in the room the container store has for containers now."""
+    space = served.provider.store_space()
+    if space is None or not served.images:
+        return
+    needs = {
+        name: served.limits.container_limits(served.tasks[name], served.provider.limits).container_memory_mb
+        for name in served.images
+    }
+    largest = max(needs, key=lambda name: needs[name])
+    if sessions * needs[largest] <= space.available_mb:
+        return
+    logger.warning(
+        "the container store %s has room for %d container(s) of task %s (%d MiB each: memory_mb + storage_mb + "
+        "command output; %d MiB available of %d MiB), fewer than max_concurrent_envs %d: a reset past its room waits for "
+        "containers to end, then is refused; lower max_concurrent_envs, or grow the store (mount -o remount,size=<MB>m %s)",
+        space.store, space.available_mb // needs[largest], largest, needs[largest], space.available_mb,
+        space.size_mb, sessions, space.store,
+    )
+
+
+def _remove_containers_at_shutdown(app: FastAPI, provider: ContainerProvider) -> None:
+    """Remove every container of `provider` at shutdown: when the drain (SIGTERM under
+    `envsdk.server.serve`) has given requests their ``drain_timeout_s`` and one still runs, and
+    when the app's lifespan ends, before the sessions are closed. A call blocked in a container
+    (a command of 170 s) then returns at once, so the sessions' closes run and the process
+    exits, rather than waiting for the command (the engine is asked directly: no sandbox's lock
+    is waited for)."""
+    drain = app.state.envsdk_drain
+    grace_s = app.state.envsdk_config.drain_timeout_s
+
+    async def remove(when: str) -> None:
+        removed = await asyncio.to_thread(provider.remove_all)
+        if removed:
+            logger.warning("shutting down: removed %d container(s) %s", removed, when)
+
+    async def drain_then_remove() -> None:
+        draining = asyncio.ensure_future(drain())
+        try:
+            done, _ = await asyncio.wait({draining}, timeout=grace_s)
+            if not done:
+                await remove(f"with calls still running in them after the drain timeout ({grace_s:g} s)")
+            await draining
+        finally:
+            if not draining.done():
+                draining.cancel()
+        await remove("left after the sessions closed")
+
+    app.state.envsdk_drain = drain_then_remove
+    lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan_then_remove(served: Any) -> AsyncIterator[Any]:
+        async with lifespan(served) as state:
+            try:
+                yield state
+            finally:
+                await remove("of sessions still open")
+
+    app.router.lifespan_context = lifespan_then_remove
+
+
+#: The server's line for an env call that raised: ``<Env>.<call> raised <Type>: <what>``.
+_RAISED = re.compile(r"HarborEnvironment\.\w+ raised (\w+)")
+
+
+class _OneLineTaskErrors(logging.Filter):
+    """Drops the traceback the server logs beside an env error when the error is one of a task
+    or of its container (`TaskError`, `SandboxError` and theirs): their one line names what to
+    fix, and a traceback of them says nothing more."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.msg == "%s\n%s" and isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], str):
+            raised = _RAISED.match(args[0])
+            if raised is not None and raised.group(1) in _typed_error_names():
+                record.msg, record.args = "%s", (args[0],)
+        return True
+
+
+def _typed_error_names() -> set[str]:
+    found: set[str] = set()
+    todo: list[type[BaseException]] = [TaskError, SandboxError]
+    while todo:
+        kind = todo.pop()
+        found.add(kind.__name__)
+        todo.extend(kind.__subclasses__())
+    return found
+
+
+def _one_line_task_errors() -> None:
+    """Install `_OneLineTaskErrors` on the server's logger (once)."""
+    server_log = logging.getLogger("envsdk.server")
+    if not any(isinstance(f, _OneLineTaskErrors) for f in server_log.filters):
+        server_log.addFilter(_OneLineTaskErrors())
 
 
 def _environments(served: HarborTasks) -> Callable[[], HarborEnvironment]:

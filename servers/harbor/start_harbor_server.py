@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="env var MAX_CONCURRENT_ENVS (default 16). Most sessions, hence containers, at once.",
     )
     parser.add_argument(
+        "--drain-timeout", type=positive_float, default=env.get("HARBOR_DRAIN_TIMEOUT_S", "20"), metavar="SECONDS",
+        help="env var HARBOR_DRAIN_TIMEOUT_S (default 20). On SIGTERM, how long tool calls and verifiers still "
+        "running may take to finish; then every container is removed with what runs in it, and the server exits "
+        "within a few seconds.",
+    )
+    parser.add_argument(
         "--max-steps", type=positive_int, default=env.get("HARBOR_MAX_STEPS", "100"),
         help="env var HARBOR_MAX_STEPS (default 100, at most 10000). Tool calls of an episode unless its reset "
         "says otherwise.",
@@ -127,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, build every task's image, then serve until interrupted. Exit
     status 2, with one line on stderr, on a usage error, a tasks folder with no task to serve,
-    or no container engine."""
+    no container engine, or no ``mcp`` extra."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.tasks:
@@ -150,12 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_cpus=args.max_cpus, max_memory_mb=args.max_memory_mb, max_storage_mb=args.max_storage_mb,
         pids=args.pids, output_bytes=args.output_bytes, max_steps=args.max_steps,
     )
-    options: dict[str, Any] = {"max_concurrent_envs": args.max_concurrent_envs, **access_options(args)}
+    options: dict[str, Any] = {
+        "max_concurrent_envs": args.max_concurrent_envs, "drain_timeout_s": args.drain_timeout, **access_options(args),
+    }
     # The server options ENVSDK_* variables set, checked before any image is built.
     refused = config_error(**options)
     if refused is not None:
         parser.error(refused)
-    from servers.harbor.app import create_harbor_app
+    from servers.harbor.app import HarborSetupError, create_harbor_app
 
     # The start-up's lines (each image built, each broken task) in the server's log format.
     route_envsdk_logs(args.log_level)
@@ -165,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.tasks, engine=args.engine, limits=limits, allow_unbounded_disk=args.allow_unbounded_disk,
             tamper_check=args.tamper_check, **options,
         )
-    except (TaskFolderError, SandboxError) as exc:
+    except (TaskFolderError, SandboxError, HarborSetupError) as exc:
         # Said in one line, as a usage error: the fix is a folder or an install, not a bug to trace.
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     return sigterm.serve(app, args)
