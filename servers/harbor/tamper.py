@@ -465,6 +465,10 @@ def _static(path: str, kind: str, kinds: Mapping[str, str], surface: Surface) ->
         return True
     if path in PYTEST_ROOT_FILES or _USER_SITE.search(path) or surface.python_lib(path):
         return True
+    if name == "pyvenv.cfg" and any(parent in (folder, posixpath.dirname(folder)) for folder in surface.path):
+        # Python reads it in its executable's folder and the one above: its ``home`` then
+        # names the standard library every interpreter of the tests starts from.
+        return True
     if any(name == m or name.startswith(m + ".") for m in PYTHON_START_MODULES):
         return True
     if kind != "A" and _SHARED_LIBRARY.search(name) and _under(path, "/usr/local/lib"):

@@ -18,6 +18,7 @@ check each of them scores 1.0.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -223,6 +224,20 @@ def test_what_the_container_environment_names_is_protected() -> None:
     ]
     look = first_look([("A", "/srv/lib/json.py")], surface)
     assert look.tampered == [] and [path for path, _, _ in look.shadows] == ["/srv/lib/json.py"]
+
+
+@pytest.mark.parametrize("where", ["/usr/local/bin", "/usr/local", "/usr/bin", "/usr", "/usr/local/sbin", "/"])
+def test_a_pyvenv_cfg_beside_or_above_a_path_folder_is_tampering(where: str) -> None:
+    """Python reads ``pyvenv.cfg`` in its executable's folder and the one above: one planted
+    there (``home = <the agent's copy of the standard library>``) runs the agent's code in
+    every ``python3 -I`` of the tests (an outsider earned 1.0 on five shipped tasks)."""
+    planted = posixpath.join(where, "pyvenv.cfg")
+    folder = [] if where == "/" else [("C", where)]  # the engine's list never names the root
+    assert _tampered([*folder, ("A", planted)]) == [planted]
+
+
+def test_a_virtual_environment_of_the_agents_own_keeps_its_pyvenv_cfg() -> None:
+    assert _tampered([("A", "/app/venv"), ("A", "/app/venv/pyvenv.cfg"), ("A", "/app/venv/bin")]) == []
 
 
 def test_new_names_and_the_agents_own_work_are_left_to_the_tests() -> None:
