@@ -107,6 +107,10 @@ LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/
 #: edited record changes nothing until update-alternatives runs), but neither folder holds
 #: anything an agent has a reason to change without also changing the system folders.
 ALTERNATIVES = ("/etc/alternatives", "/var/lib/dpkg/alternatives")
+#: What names the libraries that account lookups (``getent``, ``id``, Python's ``pwd``: the
+#: name service switch) and ``su``/``runuser``/``login`` (PAM, which takes absolute module
+#: paths) load into the process that asks, root in the tests.
+ACCOUNT_MODULES = ("/etc/nsswitch.conf", "/etc/pam.conf", "/etc/pam.d", "/etc/security")
 #: Links in the system folders that lead to data a task may well change: OpenSSL's
 #: certificates and keys (``update-ca-certificates`` rewrites
 #: /etc/ssl/certs/ca-certificates.crt; a server's key goes to /etc/ssl/private). What they
@@ -453,8 +457,8 @@ def first_look(changes: Iterable[tuple[str, str]], surface: Surface, links: Imag
 
 def _whole(path: str, surface: Surface) -> bool:
     """Whether `path` lies where any change is tampering, whatever it is."""
-    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *LIBRARY_FOLDERS, *surface.whole_folders,
-                 *surface.named_files)
+    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *ACCOUNT_MODULES, *LIBRARY_FOLDERS,
+                 *surface.whole_folders, *surface.named_files)
     return any(_under(path, f) for f in protected)
 
 

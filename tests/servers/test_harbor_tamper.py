@@ -236,6 +236,16 @@ def test_a_pyvenv_cfg_beside_or_above_a_path_folder_is_tampering(where: str) -> 
     assert _tampered([*folder, ("A", planted)]) == [planted]
 
 
+@pytest.mark.parametrize("planted", [
+    "/etc/nsswitch.conf", "/etc/pam.d/su", "/etc/pam.d/common-auth", "/etc/pam.conf", "/etc/security/pam_env.conf",
+])
+def test_what_names_libraries_loaded_by_account_lookups_and_su_is_tampering(planted: str) -> None:
+    """nsswitch.conf names the libraries every user or group lookup loads (``getent``,
+    Python's ``pwd``, ``id``), and PAM's files the modules ``su``/``runuser`` load (an absolute
+    path is accepted): a line there runs the agent's library as root in the tests."""
+    assert _tampered([("C", posixpath.dirname(planted)), ("C", planted)]) == [planted]
+
+
 def test_a_virtual_environment_of_the_agents_own_keeps_its_pyvenv_cfg() -> None:
     assert _tampered([("A", "/app/venv"), ("A", "/app/venv/pyvenv.cfg"), ("A", "/app/venv/bin")]) == []
 
