@@ -8,6 +8,7 @@ and this repository.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,6 +121,21 @@ def folder(tmp_path: Path) -> Path:
 
 
 ServeFn = Callable[..., str]
+
+
+@contextlib.contextmanager
+def harbor_server(tasks: Path, cwd: Path, seconds: float = 600) -> Iterator[str]:
+    """``python -m servers.harbor --tasks <tasks>`` started in `cwd` on a free port: its base URL
+    once ``/health`` answers (images are built first: `seconds` bounds it); stopped on exit."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servers.harbor", "--tasks", str(tasks), "--port", str(port)],
+        cwd=cwd, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        yield await_health(proc, f"http://127.0.0.1:{port}", seconds=seconds)
+    finally:
+        stop_process(proc, timeout_s=60)
 
 
 def await_health(proc: subprocess.Popen[str], url: str, seconds: float = 90) -> str:

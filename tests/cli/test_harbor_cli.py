@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,16 +20,14 @@ import httpx
 import pytest
 
 from envsdk.formats import tool_result_text
-from envsdk.testing import free_port, stop_process
 from tests._containers import requires_containers
 from tests.docs.blocks import commands, doc_block
 from tests.docs.conftest import substitute
 from tests.cli.conftest import (
     REPO,
     assert_one_line_error,
-    await_health,
     envsdk,
-    user_env,
+    harbor_server,
 )
 
 TASKS = REPO / "servers" / "harbor" / "tasks"
@@ -97,16 +93,8 @@ def _test_lines() -> set[str]:
 @pytest.fixture(scope="module")
 def harbor_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m servers.harbor --tasks <repository tasks>`` started from an empty folder."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servers.harbor", "--tasks", str(TASKS), "--port", str(port)],
-        cwd=tmp_path_factory.mktemp("server"), env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        yield await_health(proc, f"http://127.0.0.1:{port}", seconds=600)
-    finally:
-        stop_process(proc, timeout_s=60)
+    with harbor_server(TASKS, tmp_path_factory.mktemp("server"), seconds=600) as url:
+        yield url
 
 
 @requires_containers

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from envsdk.testing import free_port, stop_process
 from tests._containers import requires_containers
-from tests.cli.conftest import REPO, await_health, envsdk, user_env
+from tests.cli.conftest import REPO, envsdk, harbor_server
 
 pytestmark = requires_containers
 
@@ -68,16 +65,8 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def harbor_url(tasks: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``python -m servers.harbor --tasks <the four>`` started from an empty folder."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servers.harbor", "--tasks", str(tasks), "--port", str(port)],
-        cwd=tmp_path_factory.mktemp("server"), env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        yield await_health(proc, f"http://127.0.0.1:{port}", seconds=300)
-    finally:
-        stop_process(proc, timeout_s=60)
+    with harbor_server(tasks, tmp_path_factory.mktemp("server"), seconds=300) as url:
+        yield url
 
 
 def _assert_broken(record: dict[str, Any], task: str) -> None:
