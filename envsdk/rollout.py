@@ -1202,11 +1202,13 @@ def _check_rows(env: str, config: dict[str, Any], args: argparse.Namespace, wher
 
 def _check_tool_server(env: str, base_url: Any, option: str) -> None:
     """Refuse `option` (``--tool-format …``) for an env that is not a tool server: a local env,
-    an env started here, or a server whose ``/mcp`` lists no tools. A pool name is left to the
+    an env started here (but Harbor's, a tool server), or a server whose ``/mcp`` lists no tools. A pool name is left to the
     run, which refuses it there."""
     from envsdk.schedulers.tools import serves_tools
 
     first = base_url if isinstance(base_url, str) else base_url[0] if base_url else None
+    if first is None and env in HARBOR_NAMES:
+        return  # the Harbor server started for the run serves its tools over MCP
     if first is None or (first.startswith(URL_SCHEMES) and not serves_tools(first)):
         raise UsageError(
             f"{option}: it plays a tool environment's server (one whose /mcp lists tools), and {env} is not one: "

@@ -245,3 +245,16 @@ def test_harbor_options_a_run_cannot_use_are_refused_in_one_line(harbor_url: str
     assert_one_line_error(envsdk("check-env", "harbor", cwd=tmp_path), "harbor", "--tasks DIR")
     # None of them wrote a record.
     assert not list(tmp_path.glob("*.jsonl"))
+
+
+@requires_containers
+@pytest.mark.timeout(600)
+def test_the_text_tool_form_plays_on_a_harbor_server_started_for_the_run(tmp_path: Path) -> None:
+    """docs/harbor.md: a model without native tool calls plays with ``--tool-format text``; the
+    embedded server is a tool server like a running one (it was refused as 'not one')."""
+    done = envsdk("rollout", "--env", "harbor", "--tasks", str(TASKS), "--policy", "oracle", "--limit", "1",
+                  "--tool-format", "text", "--out", "text.jsonl", "--no-progress", cwd=tmp_path, timeout=540)
+    assert done.returncode == 0, done.stderr
+    [record] = _records(tmp_path / "text.jsonl")
+    assert record["infos"]["tool_format"] == "text" and record["total_reward"] == 1.0, record["reason"]
+    assert "<tool_call>" in [m for m in record["messages"] if m["role"] == "assistant"][0]["content"]
