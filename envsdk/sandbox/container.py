@@ -111,6 +111,7 @@ __all__ = [
     "ContainerProvider",
     "ContainerSandbox",
     "ContainerStartError",
+    "EngineOutputTooLarge",
     "ImageBuildError",
     "ImageUnavailableError",
     "StoreFullError",
@@ -164,6 +165,9 @@ SHELL_EXIT_S = 2.0
 BUILD_STOP_S = 10.0
 #: How long the engine's own housekeeping calls (inspect, rm, restart, cp) may take.
 ENGINE_CALL_S = 60.0
+#: The most bytes of the engine's list of a container's changed files that are read
+#: (`ContainerSandbox.changes`): about 300,000 paths of usual length.
+CHANGES_BYTES = 32 << 20
 #: Room of the store no container is promised: the engine's own files (a container's settings,
 #: the rewritten list of layers) need it to start and remove containers.
 STORE_SLACK_MB = 32
@@ -291,6 +295,10 @@ class ContainerLimits:
 
 class ContainerError(SandboxError):
     """Something went wrong with a container, an image or the container engine."""
+
+
+class EngineOutputTooLarge(ContainerError):
+    """An engine command wrote more output than its caller keeps (`ContainerEngine.call`)."""
 
 
 class ImageBuildError(ContainerError):
@@ -511,17 +519,32 @@ class ContainerEngine:
 
     def call(
         self, args: list[str], *, timeout: float, input: bytes | None = None, check: bool = True,
+        max_output: int | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         """Run engine command `args`; its process group is killed at `timeout` (then
         `ContainerError`). With `check`, a non-zero exit is a `ContainerError` naming the
-        command and the engine's last line of error."""
+        command and the engine's last line of error. `max_output`: the most bytes of standard
+        output kept (for commands whose output a container's files decide, such as ``diff``);
+        past it the command is killed and `EngineOutputTooLarge` raised, so that what an
+        agent wrote cannot grow this process's memory without bound."""
         self.prepare()
+        if max_output is not None and input is not None:
+            raise ValueError("max_output is for commands without input")
         process = subprocess.Popen(
             self.argv(args), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True,
         )
         try:
-            out, err = process.communicate(input, timeout=timeout)
+            if max_output is None:
+                out, err = process.communicate(input, timeout=timeout)
+            else:
+                out, err = _read_capped(process, timeout, max_output)
+        except EngineOutputTooLarge:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+            raise EngineOutputTooLarge(
+                f"{self.kind} {args[0]} wrote more than {max_output} bytes of output; it was stopped there"
+            ) from None
         except subprocess.TimeoutExpired:
             # SIGTERM first: podman then removes what the command had started (a build's
             # working container); then the whole group goes.
@@ -590,6 +613,39 @@ def _cgroup_processes(name: str) -> set[int]:
         except OSError:
             continue
     return pids
+
+
+def _read_capped(process: subprocess.Popen[bytes], timeout: float, max_output: int) -> tuple[bytes, bytes]:
+    """Both outputs of `process` (no input) until it ends: `subprocess.TimeoutExpired` at
+    `timeout` seconds, `EngineOutputTooLarge` past `max_output` bytes of standard output
+    (standard error keeps its last `max_output` bytes). The caller kills the process."""
+    assert process.stdout is not None and process.stderr is not None
+    deadline = time.monotonic() + timeout
+    out = bytearray()
+    err = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ, out)
+        selector.register(process.stderr, selectors.EVENT_READ, err)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(process.args, timeout)
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer: bytearray = key.data
+                buffer += chunk
+                if buffer is out and len(out) > max_output:
+                    raise EngineOutputTooLarge(f"more than {max_output} bytes")
+                if buffer is err and len(err) > max_output:
+                    del err[: len(err) - max_output]
+    try:
+        process.wait(max(deadline - time.monotonic(), 0.01))
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(process.args, timeout) from None
+    return bytes(out), bytes(err)
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -946,13 +1002,12 @@ class ContainerProvider:
             if time.monotonic() >= wait_until:
                 # What to act on first: a server may cut an error message short.
                 raise StoreFullError(
-                    f"cannot start a container of {image}: the container store {space.store} has "
-                    f"{space.available_mb} MiB left, and it needs {need_mb} MiB ({space.free_mb} MiB free, "
-                    f"{space.promised_mb} MiB of it promised to {space.containers} running "
-                    f"container{'' if space.containers == 1 else 's'}, {STORE_SLACK_MB} MiB kept for the engine; "
-                    f"waited {time.monotonic() - waited:.0f} s; a container needs memory_mb + storage_mb + its "
-                    f"command output): retry once containers end, or grow the store "
-                    f"(mount -o remount,size=<MB>m {space.store})"
+                    f"the container store has {space.available_mb} MiB left and a container of {image} needs "
+                    f"{need_mb} MiB: retry once containers end, or grow the store (mount -o remount,size=<MB>m "
+                    f"{space.store}); {space.free_mb} MiB free, {space.promised_mb} MiB of it promised to "
+                    f"{space.containers} running container{'' if space.containers == 1 else 's'}, "
+                    f"{STORE_SLACK_MB} MiB kept for the engine, waited {time.monotonic() - waited:.0f} s "
+                    f"(a container needs memory_mb + storage_mb + its command output)"
                 )
             time.sleep(min(STORE_POLL_S, max(wait_until - time.monotonic(), 0.0)))
 
@@ -1259,7 +1314,9 @@ class ContainerSandbox:
             self._engine_call(["restart", "-t", "0", self.id], "stop_processes")
             self._open_shell_locked(time.monotonic() + self.limits.start_timeout_s)
 
-    def changes(self, *, stop: bool = False, timeout: float = ENGINE_CALL_S) -> list[tuple[str, str]]:
+    def changes(
+        self, *, stop: bool = False, timeout: float = ENGINE_CALL_S, max_bytes: int = CHANGES_BYTES,
+    ) -> list[tuple[str, str]]:
         """What was changed in the container's files relative to its image, as the engine reads
         it from its storage on the host (no program of the container takes part): ``(kind,
         path)`` pairs sorted by path, kind ``"A"`` added, ``"C"`` changed (a folder is also
@@ -1267,7 +1324,8 @@ class ContainerSandbox:
         are not looked into. `stop`: stop the container first (every process killed, none
         started), so that nothing can change its files after the list is taken;
         `stop_processes` starts it again (other calls then find it gone). `ContainerError`
-        when the engine fails or takes longer than `timeout` seconds in all."""
+        when the engine fails or takes longer than `timeout` seconds in all; `EngineOutputTooLarge`
+        when the engine's list is over `max_bytes` (the container's files decide its size)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             self._check_open()
@@ -1276,12 +1334,13 @@ class ContainerSandbox:
                 self.engine.call(["stop", "-t", "0", self.id], timeout=max(deadline - time.monotonic(), 0.1))
             if self.engine.kind == "podman":
                 listed = self.engine.call(["diff", "--format", "json", self.id],
-                                          timeout=max(deadline - time.monotonic(), 0.1))
+                                          timeout=max(deadline - time.monotonic(), 0.1), max_output=max_bytes)
                 found = json.loads(listed.stdout or b"{}") or {}
                 kinds = {"added": "A", "changed": "C", "deleted": "D"}
                 pairs = [(kinds[key], path) for key in kinds for path in found.get(key) or ()]
             else:
-                listed = self.engine.call(["diff", self.id], timeout=max(deadline - time.monotonic(), 0.1))
+                listed = self.engine.call(["diff", self.id], timeout=max(deadline - time.monotonic(), 0.1),
+                                          max_output=max_bytes)
                 pairs = []
                 for line in listed.stdout.decode("utf-8", "surrogateescape").split("\n"):
                     if line[:1] in ("A", "C", "D") and line[1:3] == " /":

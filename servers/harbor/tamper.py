@@ -65,7 +65,13 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from envsdk.sandbox.container import ENGINE_CALL_S, ContainerError, ContainerSandbox
+from envsdk.sandbox.container import (
+    CHANGES_BYTES,
+    ENGINE_CALL_S,
+    ContainerError,
+    ContainerSandbox,
+    EngineOutputTooLarge,
+)
 
 __all__ = [
     "ALTERNATIVES",
@@ -591,6 +597,8 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
 
 #: Of the paths found, how many the verdict names (the server's debug log names them all).
 SHOWN = 20
+#: Stands for every path when the engine's list of changes is longer than `CHANGES_BYTES`.
+TOO_MANY_CHANGES = "/ (too many changed files to check)"
 #: What lists an image's symbolic links (`ImageLinks`): the image's own find, on its root
 #: filesystem only (not /proc, /sys, or what the engine mounts).
 PROBE = ("find", "/", "-xdev", "-type", "l", "-printf", "%p\\0%l\\0%Y\\0")
@@ -652,7 +660,12 @@ def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float
     `ContainerError` when the engine, the image's list of links or the second look fails."""
     links = image_links(sandbox, timeout_s=timeout_s)
     surface = Surface.of({**container_env(sandbox), **env})
-    look = first_look(sandbox.changes(stop=True, timeout=timeout_s), surface, links)
+    try:
+        changes = sandbox.changes(stop=True, timeout=timeout_s, max_bytes=CHANGES_BYTES)
+    except EngineOutputTooLarge:
+        # What cannot be listed cannot be judged: the agent changed too many files to check.
+        return [TOO_MANY_CHANGES]
+    look = first_look(changes, surface, links)
     if look.tampered:
         return _leaves(look.tampered)
     sandbox.stop_processes()

@@ -21,6 +21,7 @@ from envsdk.sandbox.container import (
     ContainerLimits,
     ContainerProvider,
     ContainerSandbox,
+    EngineOutputTooLarge,
 )
 from tests._containers import container_engine, container_provider, requires_containers  # noqa: F401 - fixtures
 from tests.sandbox.test_container_provider import leftovers, merged_dir
@@ -180,6 +181,22 @@ def test_the_host_files_and_processes_are_not_visible(honest: ContainerSandbox, 
     assert "No such process" in listing
     processes = [line for line in listing.splitlines() if line.startswith(("bash", "sleep", "timeout", "tr"))]
     assert len(processes) < 8
+
+
+def test_a_list_of_changes_too_long_to_read_is_refused_in_bytes(attacker: ContainerSandbox) -> None:
+    # How many files an agent makes decides how long the engine's list of changes is; the list
+    # is read up to a byte cap, never whole into the server's memory.
+    made = attacker.bash(
+        "mkdir -p /root/many && cd /root/many && for i in $(seq 1500); do : > "
+        "\"file-with-a-rather-long-name-so-the-list-grows-quickly-$i\"; done; ls | wc -l", timeout=10,
+    )
+    assert made.returncode == 0 and made.stdout.strip() == b"1500", made
+    whole = attacker.changes()
+    assert sum(path.startswith("/root/many/") for _, path in whole) == 1500
+    with pytest.raises(EngineOutputTooLarge, match=r"wrote more than 65536 bytes"):
+        attacker.changes(max_bytes=64 << 10)
+    attacker.bash("rm -rf /root/many", timeout=10)
+    assert not any(path.startswith("/root/many") for _, path in attacker.changes())
 
 
 def test_nothing_is_left_of_either_container(honest: ContainerSandbox, attacker: ContainerSandbox) -> None:

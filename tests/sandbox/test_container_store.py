@@ -105,6 +105,8 @@ def test_a_start_past_the_store_is_refused_in_one_line_and_filled_disks_leave_th
         said = str(refused.value)
         assert "\n" not in said and str(engine.store) in said, said
         assert f"{space.free_mb} MiB free" in said and f"needs {need} MiB" in said, said
+        # What to do comes first: the wire keeps the first 256 characters of an error.
+        assert f"grow the store (mount -o remount,size=<MB>m {engine.store})" in said[:256], said
         assert len(_names(engine)) == 2  # nothing was made for the refused one
 
         # Both fill their disk as far as they can: each is stopped at its own budget, and the

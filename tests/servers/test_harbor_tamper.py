@@ -37,6 +37,7 @@ from servers.harbor import (
     HarborLimits,
     HarborTasks,
     create_harbor_app,
+    tamper,
     verify,
 )
 from servers.harbor.start_harbor_server import build_parser
@@ -486,6 +487,25 @@ def test_without_the_check_the_agents_bash_writes_the_reward(served: tuple[str, 
     finally:
         sandbox.close()
     assert (verdict.reward, verdict.tampered, verdict.exit_code) == (1.0, (), 0)
+
+
+@requires_containers
+def test_an_agent_that_changes_too_many_files_to_list_scores_zero_without_the_tests(
+    served: tuple[str, HarborTasks], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The engine's list of changes is read up to a byte cap (32 MiB; 2 KiB here, so that a few
+    # dozen files are enough): past it nothing can be judged, so the tests are not run.
+    monkeypatch.setattr(tamper, "CHANGES_BYTES", 2048)
+    tasks = served[1]
+    task = tasks.task("greeting")
+    sandbox = tasks.provider.start(tasks.images["greeting"], limits=LIMITS.container_limits(task))
+    try:
+        made = sandbox.bash(f"{WORK} && mkdir /app/many && cd /app/many && touch $(seq -f 'a-rather-long-file-name-%g' 80)")
+        assert made.returncode == 0, made
+        verdict = verify(sandbox, task, timeout_s=30.0)
+    finally:
+        sandbox.close()
+    assert (verdict.reward, verdict.tampered, verdict.exit_code) == (0.0, (tamper.TOO_MANY_CHANGES,), None)
 
 
 @requires_containers
