@@ -101,7 +101,7 @@ def harbor_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.timeout(900)
 def test_the_oracle_scores_every_repository_task_one_on_a_server_started_for_the_run(tmp_path: Path) -> None:
     # The README's line (and docs/harbor.md's), as a reader runs it from another folder.
-    line = commands(doc_block("README.md", "harbor"))[2]
+    line = commands(doc_block("README.md", "harbor"))[3]
     args = substitute(line, {"servers/harbor/tasks": str(TASKS)}).split()[1:]
     assert args == ["rollout", "--env", "harbor", "--tasks", str(TASKS), "--policy", "oracle"]
     done = envsdk(*args, "--out", "oracle.jsonl", "--no-progress", cwd=tmp_path, timeout=840)

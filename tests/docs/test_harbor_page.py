@@ -30,8 +30,10 @@ def test_the_readme_recipe_is_the_pages_set_up_and_oracle_lines() -> None:
     # The tools are served over MCP: the extra that brings it is one the project defines.
     assert readme[1] == "bash scripts/setup.sh mcp"
     assert re.search(r"^mcp = \[", (REPO / "pyproject.toml").read_text(encoding="utf-8"), re.MULTILINE)
-    assert readme[2] == commands(doc_block("docs/harbor.md", "harbor-rollout"))[0]
-    assert readme[2] == "envsdk rollout --env harbor --tasks servers/harbor/tasks --policy oracle"
+    # Pasted as a block, the lines after the set-up find envsdk on PATH.
+    assert readme[2] == "source .venv/bin/activate"
+    assert readme[3] == commands(doc_block("docs/harbor.md", "harbor-rollout"))[0]
+    assert readme[3] == "envsdk rollout --env harbor --tasks servers/harbor/tasks --policy oracle"
 
 
 @requires_containers
