@@ -5,10 +5,12 @@ A task brings its machine as a Dockerfile; the provider builds it into an image
 deadline, offline: base images named by ``FROM`` come from `envsdk.sandbox.images`), starts
 containers of it (`ContainerProvider.start`) and drives each through a `ContainerSandbox`:
 ``bash``/``run`` with a deadline and output caps, files in and out, every process stopped
-(``stop_processes``) and the container removed (``close``).
+(``stop_processes``: a restart; ``kill_processes``: where they are, nothing restarted) and the
+container removed (``close``).
 
 Each container gets, from `ContainerLimits`: ``--cpus``; ``--memory`` (and ``--memory-swap``,
-the same: swap adds nothing) of ``memory_mb + storage_mb`` plus its exec tmpfs (below);
+the same: swap adds nothing) of ``memory_mb + storage_mb`` plus its exec tmpfs (below) and its
+``tmpfs`` folders (root's tmpfs mounts, made anew, empty, at every start and restart);
 ``--pids-limit`` of ``pids`` plus the few processes the provider runs in it; ``--network none``
 unless ``network``; ``--security-opt no-new-privileges``; labels that name its owner (this
 process's pid and start time) so a later provider removes the containers of a server that was
@@ -29,10 +31,13 @@ The store is shared (by every provider of every process on the machine that uses
 tmpfs has a size: each container alone is bounded, but not their sum. So `ContainerProvider.start`
 admits a container only where the store can hold all it may write (its whole memory limit)
 beside what every running container was promised: what is free now (`os.statvfs`), less the
-promises of running containers, less `STORE_SLACK_MB` for the engine, must cover it. A start
-waits for that room (others end) for up to half its ``start_timeout_s``; then a one-line
-`StoreFullError` (a `ContainerStartError`) names the store, what is free and what the container
-needs.
+promises of running containers, less `STORE_SLACK_MB` for the engine, must cover it. The store's
+pages are the host's RAM or swap, and a store can be mounted (or grown) larger than those: then
+what the host can hold is the bound (its RAM and swap, less `host_reserve_mb` for everything
+else and what the store holds now), and a store larger than the host's RAM and swap is said in
+a warning when an engine prepares it. A start waits for that room (others end) for up to half
+its ``start_timeout_s``; then a one-line `StoreFullError` (a `ContainerStartError`) says what to
+do first (wait, grow the store, or, where the host is the bound, only wait), then the numbers.
 Promises are kept in a small file under the engine's lock folder (`ContainerEngine.store_ledger`,
 locked while read and written) with each container's owner; a promise of an owner that is gone
 is dropped with its container (removed then). A container's files count both in what the store
@@ -63,7 +68,8 @@ Environment variables: ``ENVSDK_CONTAINER_ENGINE`` (``auto``, ``podman``, ``dock
 `ContainerEngine.detect` picks by default), ``ENVSDK_PODMAN_ROOT`` (podman's folder: its store
 in ``storage/``, its ``containers.conf``; default ``/var/lib/envsdk/podman``),
 ``ENVSDK_CONTAINER_STORE_MB`` (the size of the store's tmpfs, default the host's RAM, at least
-8192; a store of ours mounted smaller is grown to it).
+8192; a store of ours mounted smaller is grown to it; containers are admitted only as far as the
+host's memory goes, whatever the size).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ import itertools
 import json
 import logging
 import os
+import posixpath
 import re
 import secrets
 import selectors
@@ -116,6 +123,7 @@ __all__ = [
     "ImageUnavailableError",
     "StoreFullError",
     "StoreSpace",
+    "host_reserve_mb",
 ]
 
 logger = logging.getLogger("envsdk.sandbox")
@@ -123,21 +131,36 @@ logger = logging.getLogger("envsdk.sandbox")
 #: podman's folder when the server runs as root: its store (a tmpfs) and its containers.conf.
 DEFAULT_PODMAN_ROOT = Path("/var/lib/envsdk/podman")
 DEFAULT_PODMAN_RUNROOT = Path("/run/envsdk/podman")
-#: The store's tmpfs size when nothing says otherwise: the host's RAM. A size is a cap, not RAM
-#: taken: what is stored uses RAM, and every container's files are bounded by its own memory
-#: limit. The store admits containers by their whole budget, so this is how many can run at once.
-def _default_store_mb() -> int:
+def _meminfo_mb(*fields: str) -> int:
+    """The sum of `fields` of /proc/meminfo (``MemTotal``, ``SwapTotal``), in MiB; 0 when unread."""
+    found = 0
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
-                    return max(8192, int(line.split()[1]) // 1024)
+                key, _, value = line.partition(":")
+                if key in fields:
+                    found += int(value.split()[0]) // 1024
     except (OSError, ValueError, IndexError):
-        pass
-    return 8192
+        return 0
+    return found
 
 
-DEFAULT_STORE_MB = _default_store_mb()
+def _host_memory_mb() -> int:
+    """The host's RAM and swap, in MiB: where the pages of a tmpfs (the store) can be."""
+    return _meminfo_mb("MemTotal", "SwapTotal")
+
+
+def host_reserve_mb(memory_mb: int) -> int:
+    """Of a host's `memory_mb` of RAM and swap, what containers are never promised: the room of
+    everything else on it (servers, the engine, the kernel): an eighth, at least 1 GiB."""
+    return max(1024, memory_mb // 8)
+
+
+#: The store's tmpfs size when nothing says otherwise: the host's RAM. A size is a cap, not RAM
+#: taken: what is stored uses RAM, and every container's files are bounded by its own memory
+#: limit. The store admits containers by their whole budget, so this is how many can run at
+#: once, within what the host's memory holds (`StoreSpace.host_room_mb`).
+DEFAULT_STORE_MB = max(8192, _meminfo_mb("MemTotal"))
 #: podman's settings for these machines: the default ulimits raise RLIMIT_NOFILE, which is
 #: refused here; crun refuses cgroup v1's hybrid layout, runc does not.
 CONTAINERS_CONF = (
@@ -173,6 +196,8 @@ CHANGES_BYTES = 32 << 20
 STORE_SLACK_MB = 32
 #: How often a start waiting for room in the store looks again.
 STORE_POLL_S = 0.25
+#: What `ContainerLimits.tmpfs` paths may be: absolute, plain names.
+_TMPFS_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+", re.ASCII)
 
 #: The container's first process: bash, because as PID 1 it reaps the processes that commands
 #: leave behind when they end (a ``sleep`` would keep them as zombies, which count against the
@@ -196,6 +221,12 @@ FIRST_PROCESS = "while :; do sleep 86400 & wait; done"
 #: LEN`` and that many bytes of the error, then ``TOKEN``. A command's files are emptied once
 #: read (a job it left in the background may still write to them: only what it writes after
 #: counts) and removed every 64 commands (bash has no builtin to remove a file).
+#: ``__envsdk_kill TOKEN SECONDS``: SIGKILL to every process of the container but the first and
+#: the kept shell itself, in one call (``kill -1``: the kernel sends it to all at once, so no
+#: process forks past it), from the kept shell's own process (a builtin: nothing is started);
+#: then the watchdog, killed too, is started again, and the shell waits (builtins only) until
+#: no task has the signal pending any more, i.e. none can finish a last system call; answers
+#: ``TOKEN BUSY`` (1: some task still had it after SECONDS).
 KEPT_SHELL = r"""__envsdk_eval() { eval "$__envsdk_script"; }
 set -m
 __envsdk_watch() {
@@ -235,6 +266,22 @@ __envsdk_run() {
   : > "$o"; : > "$e"; [ "$i" = /dev/null ] || : > "$i"
   printf '%s\n' "$tok"
 }
+__envsdk_kill() {
+  local tok=$1 end=$((SECONDS + $2 + 1)) f key value busy=1
+  kill -KILL -1 2> /dev/null
+  wait "$__envsdk_dog_PID" 2> /dev/null
+  coproc __envsdk_dog { __envsdk_watch; }
+  while [ "$busy" = 1 ] && [ "$SECONDS" -lt "$end" ]; do
+    busy=0
+    for f in /proc/[1-9]*/task/[1-9]*/status; do
+      case $f in /proc/1/*|"/proc/$BASHPID/"*) continue ;; esac
+      while read -r key value; do
+        case $key in SigPnd:|ShdPnd:) if (( 0x$value & 0x100 )); then busy=1; fi ;; esac
+      done 2> /dev/null < "$f"
+    done
+  done
+  printf '%s %d\n' "$tok" "$busy"
+}
 __envsdk_put() {
   local tok=$1 e=/run/envsdk/put.err rc
   head -c "$2" | {
@@ -259,6 +306,12 @@ class ContainerLimits:
     output_bytes: stdout and stderr kept per command, each (the rest is counted).
     timeout_s: default deadline of a command. start_timeout_s: how long starting a container
     may take, until its kept shell answers. build_timeout_s: default deadline of an image build.
+    tmpfs: folders the engine mounts with the container, ``(path, size in bytes)`` each: a tmpfs
+    of root's, mode 0755, made anew, empty, at every start and restart (`ContainerSandbox.stop_processes`):
+    no file, mode or ACL given it before is left. A mount point cannot be renamed or removed from
+    inside. What the container writes there is RAM charged to its memory cgroup, so each size
+    is added to its memory limit (`container_memory_mb`); what the engine copies in
+    (`ContainerSandbox.copy_in`) is charged to the engine's process, bounded by the size.
     """
 
     cpus: float = 1.0
@@ -270,17 +323,30 @@ class ContainerLimits:
     timeout_s: float = 30.0
     start_timeout_s: float = 60.0
     build_timeout_s: float = 600.0
+    tmpfs: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.network, bool):
             raise TypeError(f"ContainerLimits.network must be a bool, got {self.network!r}")
         for name, value in asdict(self).items():
-            if name == "network":
+            if name in ("network", "tmpfs"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
             if name in ("memory_mb", "storage_mb", "pids", "output_bytes") and not isinstance(value, int):
                 raise ValueError(f"ContainerLimits.{name} must be a whole number, got {value!r}")
+        paths = [entry[0] if isinstance(entry, tuple) and len(entry) == 2 else None for entry in self.tmpfs]
+        for entry, path in zip(self.tmpfs, paths):
+            size = entry[1] if path is not None else None
+            if (
+                not isinstance(path, str) or not _TMPFS_PATH.fullmatch(path) or posixpath.normpath(path) != path
+                or path == EXEC_DIR or path.startswith(EXEC_DIR + "/") or paths.count(path) > 1
+                or isinstance(size, bool) or not isinstance(size, int) or size <= 0
+            ):
+                raise ValueError(
+                    "ContainerLimits.tmpfs must be (absolute path of letters, digits, . _ -, size in bytes > 0) "
+                    f"pairs, each path once and not {EXEC_DIR}, got {entry!r}"
+                )
 
     @property
     def exec_tmpfs_bytes(self) -> int:
@@ -289,8 +355,10 @@ class ContainerLimits:
 
     @property
     def container_memory_mb(self) -> int:
-        """The container's memory limit: processes, files and the exec tmpfs together."""
-        return self.memory_mb + self.storage_mb + -(-self.exec_tmpfs_bytes // (1 << 20))
+        """The container's memory limit: processes, files, the exec tmpfs and the `tmpfs` folders together."""
+        return self.memory_mb + self.storage_mb + sum(
+            -(-size // (1 << 20)) for size in (self.exec_tmpfs_bytes, *(size for _, size in self.tmpfs))
+        )
 
 
 class ContainerError(SandboxError):
@@ -324,18 +392,40 @@ class StoreSpace:
 
     size_mb: the tmpfs's size. free_mb: free now (images and what running containers wrote
     are used). promised_mb: what the `containers` running on it (of every process) may still
-    write, as promised when each was admitted. available_mb: what a new container may be
-    promised: free less the promises, less `STORE_SLACK_MB` kept for the engine."""
+    write, as promised when each was admitted. memory_mb: the host's RAM and swap, where the
+    tmpfs's pages and the containers' processes live (0: unknown, not counted). available_mb:
+    what a new container may be promised: the store's free room, or the host's (`host_room_mb`)
+    where that is less (a store grown past the host's memory), less the promises, less
+    `STORE_SLACK_MB` kept for the engine."""
 
     store: Path
     size_mb: int
     free_mb: int
     promised_mb: int
     containers: int
+    memory_mb: int = 0
+
+    @property
+    def used_mb(self) -> int:
+        """What the store holds now: images and what running containers wrote."""
+        return self.size_mb - self.free_mb
+
+    @property
+    def host_room_mb(self) -> int:
+        """What the host's memory can hold of containers: its RAM and swap, less what the store
+        holds now and `host_reserve_mb` for everything else on the host."""
+        if not self.memory_mb:
+            return self.free_mb
+        return max(0, self.memory_mb - host_reserve_mb(self.memory_mb) - self.used_mb)
+
+    @property
+    def host_bound(self) -> bool:
+        """Whether the host's memory, not the store's size, bounds what containers get."""
+        return self.host_room_mb < self.free_mb
 
     @property
     def available_mb(self) -> int:
-        return max(0, self.free_mb - self.promised_mb - STORE_SLACK_MB)
+        return max(0, min(self.free_mb, self.host_room_mb) - self.promised_mb - STORE_SLACK_MB)
 
 
 def _one_line(text: bytes | str, limit: int = 300) -> str:
@@ -463,6 +553,16 @@ class ContainerEngine:
         return self.store is not None and _mount_fstype(self.store) == "tmpfs"
 
     @property
+    def work_dir(self) -> Path:
+        """The working folder of every engine command: conmon, which podman starts for each
+        container, writes files there (``oom`` when a container's process was killed out of
+        memory), which must not land in whatever folder the server was started from."""
+        base = self.runroot.parent if self.runroot is not None else Path(tempfile.gettempdir())
+        path = base / "envsdk-engine"
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    @property
     def lock_dir(self) -> Path:
         """Where builds of the same content, by any process, wait on one another."""
         base = self.runroot.parent if self.runroot is not None else Path(tempfile.gettempdir())
@@ -511,6 +611,13 @@ class ContainerEngine:
                 # failure leaves it as it is, and the admission check counts what it holds.
                 subprocess.run(["mount", "-o", f"remount,size={self.store_mb}m", str(self.store)],
                                capture_output=True, timeout=30, check=False)
+            memory = _host_memory_mb()
+            if _mount_fstype(self.store) == "tmpfs" and memory and _tmpfs_mb(self.store) > memory:
+                logger.warning(
+                    "the container store %s is a tmpfs of %d MiB, more than this host's %d MiB of RAM and swap: "
+                    "containers are admitted only as far as the host's memory goes (%d MiB of it kept for the host)",
+                    self.store, _tmpfs_mb(self.store), memory, host_reserve_mb(memory),
+                )
             self._ready = True
 
     def argv(self, args: Sequence[str]) -> list[str]:
@@ -532,7 +639,7 @@ class ContainerEngine:
             raise ValueError("max_output is for commands without input")
         process = subprocess.Popen(
             self.argv(args), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, start_new_session=True, cwd=self.work_dir,
         )
         try:
             if max_output is None:
@@ -853,7 +960,7 @@ class ContainerProvider:
             args += [f"--pull={pull}", "--layers=false", "--cgroup-parent", f"/{group}"]
         process = subprocess.Popen(
             self.engine.argv([*args, str(context)]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, env=self.engine.env, start_new_session=True,
+            stderr=subprocess.STDOUT, env=self.engine.env, start_new_session=True, cwd=self.engine.work_dir,
         )
         try:
             output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
@@ -946,6 +1053,8 @@ class ContainerProvider:
             "--tmpfs", f"{EXEC_DIR}:rw,size={limits.exec_tmpfs_bytes},mode=0700",
             "--entrypoint", "bash",
         ]
+        for path, size in limits.tmpfs:
+            args += ["--tmpfs", f"{path}:rw,exec,size={size},mode=0755"]
         if not limits.network:
             args += ["--network", "none"]
         for key, value in (env or {}).items():
@@ -983,6 +1092,7 @@ class ContainerProvider:
         return StoreSpace(
             store=store, size_mb=stats.f_blocks * stats.f_frsize >> 20, free_mb=stats.f_bavail * stats.f_frsize >> 20,
             promised_mb=sum(int(entry.get("mb", 0)) for entry in entries), containers=len(entries),
+            memory_mb=_host_memory_mb(),
         )
 
     def _promise(self, name: str, image: str, need_mb: int, wait_until: float) -> None:
@@ -1000,15 +1110,7 @@ class ContainerProvider:
             except ContainerError as exc:
                 raise ContainerStartError(f"cannot start a container of {image}: {exc}") from None
             if time.monotonic() >= wait_until:
-                # What to act on first: a server may cut an error message short.
-                raise StoreFullError(
-                    f"the container store has {space.available_mb} MiB left and a container of {image} needs "
-                    f"{need_mb} MiB: retry once containers end, or grow the store (mount -o remount,size=<MB>m "
-                    f"{space.store}); {space.free_mb} MiB free, {space.promised_mb} MiB of it promised to "
-                    f"{space.containers} running container{'' if space.containers == 1 else 's'}, "
-                    f"{STORE_SLACK_MB} MiB kept for the engine, waited {time.monotonic() - waited:.0f} s "
-                    f"(a container needs memory_mb + storage_mb + its command output)"
-                )
+                raise StoreFullError(_store_full(space, image, need_mb, time.monotonic() - waited))
             time.sleep(min(STORE_POLL_S, max(wait_until - time.monotonic(), 0.0)))
 
     def _forget(self, *names: str) -> None:
@@ -1074,13 +1176,37 @@ class ContainerProvider:
         space = self.store_space()
         room = None if space is None else {
             "size_mb": space.size_mb, "free_mb": space.free_mb, "promised_mb": space.promised_mb,
-            "containers": space.containers, "available_mb": space.available_mb,
+            "containers": space.containers, "host_memory_mb": space.memory_mb, "host_room_mb": space.host_room_mb,
+            "available_mb": space.available_mb,
         }
         return {
             "provider": self.name, "isolation": self.isolation, "isolates": list(self.isolates),
             "limits": asdict(self.limits), "starts_per_s": self.starts_per_s,
             "allow_unbounded_disk": self.allow_unbounded_disk, **self.engine.describe(), "store_space": room,
         }
+
+
+def _store_full(space: StoreSpace, image: str, need_mb: int, waited_s: float) -> str:
+    """`StoreFullError`'s line: what to act on first (a server may cut an error message short),
+    then the numbers."""
+    running = f"{space.containers} running container{'' if space.containers == 1 else 's'}"
+    tail = (
+        f"{STORE_SLACK_MB} MiB kept for the engine, waited {waited_s:.0f} s "
+        "(a container needs memory_mb + storage_mb + its command output and tmpfs folders)"
+    )
+    if space.host_bound:
+        return (
+            f"this host's memory has {space.available_mb} MiB left for containers and a container of {image} needs "
+            f"{need_mb} MiB: retry once containers end (the store {space.store}, {space.size_mb} MiB, is larger than "
+            f"the host can hold: growing it adds no room); {space.memory_mb} MiB of RAM and swap, "
+            f"{host_reserve_mb(space.memory_mb)} MiB of it kept for the host, {space.used_mb} MiB held by the store, "
+            f"{space.promised_mb} MiB promised to {running}, {tail}"
+        )
+    return (
+        f"the container store has {space.available_mb} MiB left and a container of {image} needs "
+        f"{need_mb} MiB: retry once containers end, or grow the store (mount -o remount,size=<MB>m "
+        f"{space.store}); {space.free_mb} MiB free, {space.promised_mb} MiB of it promised to {running}, {tail}"
+    )
 
 
 def _say_removed(count: int) -> None:
@@ -1111,7 +1237,7 @@ class _KeptShell:
         self.process = subprocess.Popen(
             engine.argv(["exec", "-i", container_id, "bash", "--noprofile", "--norc"]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, env=engine.env,
-            start_new_session=True,
+            start_new_session=True, cwd=engine.work_dir,
         )
         self.pid: int | None = None  # the shell's pid inside the container
         self._buffer = b""
@@ -1313,6 +1439,49 @@ class ContainerSandbox:
             self._drop_shell()
             self._engine_call(["restart", "-t", "0", self.id], "stop_processes")
             self._open_shell_locked(time.monotonic() + self.limits.start_timeout_s)
+
+    def kill_processes(self, timeout: float = 10.0) -> None:
+        """Kill every process of the container but its first (and the kept shell), where they
+        are, and wait until none of them can act any more: unlike `stop_processes` nothing
+        restarts, so the files, those of the `ContainerLimits.tmpfs` folders included, stay as
+        the processes left them, to be read. One signal reaches them all at once (``kill -1``
+        from inside: no process forks past it), and the wait lasts until no task has it pending
+        (a killed task may still end the system call it was in). `ContainerError` when some
+        task still had it after `timeout` seconds, or the kept shell failed."""
+        with self._lock:
+            self._ensure_shell()
+            shell = self._shell
+            assert shell is not None
+            token = secrets.token_hex(8)
+            seconds = max(1, round(timeout))
+            try:
+                shell.send(f"__envsdk_kill {token} {seconds}\n".encode())
+                (busy,) = self._header(shell, token, time.monotonic() + seconds + 1 + REPLY_GRACE_S, 1)
+            except (OSError, _ShellBroken, _ShellHung) as exc:
+                self._drop_shell(kill_inside=True)
+                raise ContainerError(f"kill_processes: the container's kept shell failed ({_why(exc)})") from None
+        if busy:
+            raise ContainerError(f"kill_processes: processes of the container were still ending after {seconds} s")
+
+    def get_archive(self, path: str, *, max_bytes: int) -> bytes:
+        """A tar archive of file or folder `path` (absolute, or relative to the working folder),
+        as the engine writes it (``cp CONTAINER:PATH -``): read by the engine, no program of the
+        container takes part; the `ContainerLimits.tmpfs` folders are read while the container
+        runs. A link at `path` itself is followed inside the container. `SandboxPathError`
+        when `path` cannot be copied (nothing there); `EngineOutputTooLarge` when the archive
+        is over `max_bytes`: the copy is stopped there, so a file of any size (a sparse one,
+        which costs its container nothing) costs this process at most that much."""
+        self._check_path(path)
+        self._check_open()
+        source = path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+        try:
+            copied = self.engine.call(["cp", f"{self.id}:{source}", "-"], timeout=ENGINE_CALL_S, check=False,
+                                      max_output=max_bytes)
+        except EngineOutputTooLarge:
+            raise EngineOutputTooLarge(f"get_archive {path!r}: the archive is over {max_bytes} bytes") from None
+        if copied.returncode != 0:
+            raise _CopyError(f"get_archive {path!r}: {_one_line(copied.stderr).removeprefix('Error: ')}")
+        return copied.stdout
 
     def changes(
         self, *, stop: bool = False, timeout: float = ENGINE_CALL_S, max_bytes: int = CHANGES_BYTES,

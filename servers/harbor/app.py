@@ -147,12 +147,17 @@ def _say_when_the_store_is_short(served: HarborTasks, sessions: int) -> None:
     largest = max(needs, key=lambda name: needs[name])
     if sessions * needs[largest] <= space.available_mb:
         return
+    if space.host_bound:
+        room = f"{space.available_mb} MiB available: this host's {space.memory_mb} MiB of RAM and swap bound it"
+        act = "lower max_concurrent_envs (growing the store adds no room: the host's memory is the bound)"
+    else:
+        room = f"{space.available_mb} MiB available of {space.size_mb} MiB"
+        act = f"lower max_concurrent_envs, or grow the store (mount -o remount,size=<MB>m {space.store})"
     logger.warning(
-        "the container store %s has room for %d container(s) of task %s (%d MiB each: memory_mb + storage_mb + "
-        "command output; %d MiB available of %d MiB), fewer than max_concurrent_envs %d: a reset past its room waits for "
-        "containers to end, then is refused; lower max_concurrent_envs, or grow the store (mount -o remount,size=<MB>m %s)",
-        space.store, space.available_mb // needs[largest], largest, needs[largest], space.available_mb,
-        space.size_mb, sessions, space.store,
+        "the container store %s has room for %d container(s) of task %s (%d MiB each: memory_mb + storage_mb + command "
+        "output and the verifier's folders; %s), fewer than max_concurrent_envs %d: a reset past its room waits for "
+        "containers to end, then is refused; %s",
+        space.store, space.available_mb // needs[largest], largest, needs[largest], room, sessions, act,
     )
 
 

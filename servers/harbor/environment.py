@@ -10,13 +10,19 @@ The episode ends at ``submit``, when the agent's time is up (``[agent] timeout_s
 clock from reset, capped by the server: a command is cut at the time left, and the step that
 finds no time left ends the episode) or at the step limit. Then the verifier, in the same
 container, as Harbor runs it: every process the agent left is killed (the container is
-restarted, its files kept); ``/tests`` and ``/logs/verifier`` are removed and
-``/logs/verifier`` made again, empty; the task's ``tests/`` is copied to ``/tests`` only now;
-``bash /tests/test.sh`` runs under ``[verifier] timeout_sec``; the reward is read from
-``/logs/verifier/reward.json`` or ``reward.txt`` (`parse_reward`). So nothing the agent wrote
-where the verifier looks, and no process it left, can stand in for the verifier's output,
-and the agent never sees the tests. The verifier's output stays in the server's log (debug
-level); the wire carries its exit status and seconds only.
+restarted, its files kept); ``/logs/verifier`` is made, empty; the task's ``tests/`` is copied
+to ``/tests`` only now; ``bash /tests/test.sh`` runs under ``[verifier] timeout_sec``; every
+process the tests left is killed (a daemon cannot change the reward once ``test.sh`` is done);
+the reward is read from ``/logs/verifier/reward.json`` or ``reward.txt`` (`parse_reward`: a
+plain file of at most 64 KiB, copied out by the engine into memory, never more). ``/logs`` and
+``/tests`` are tmpfs mounts the engine makes with the container (`HarborLimits.container_limits`:
+root's, mode 0755; ``/tests`` sized by the task's ``tests/``), and the restart makes both anew,
+empty: what the agent wrote there, and any mode or ACL it gave them, is gone, and a mount point
+cannot be renamed, so the tests' own programs run as another user cannot swap either for theirs
+even where ``/`` was left writable to all. So nothing the agent wrote where the verifier looks,
+and no process it or the tests left, can stand in for the verifier's output, and the agent
+never sees the tests. The verifier's output stays in the server's log (debug level); the wire
+carries its exit status and seconds only.
 
 The tests run in the agent's container, with the programs found there: before they run, the
 engine's list of what the agent changed is checked (`servers.harbor.tamper`), with every
@@ -32,6 +38,7 @@ deadline, and every container call has its own deadline inside.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -40,7 +47,7 @@ import random
 import re
 import shlex
 import stat
-import tempfile
+import tarfile
 import time
 import uuid
 from collections.abc import Callable
@@ -50,13 +57,15 @@ from typing import Any, ClassVar, TypeVar
 
 from envsdk.env import Environment
 from envsdk.errors import EpisodeDoneError, NotResetError
-from envsdk.protocol import ErrorCode, FrameError, shorten_input
+from envsdk.protocol import MAX_ECHOED_CHARS, ErrorCode, FrameError, shorten_input
 from envsdk.rewards.parts import REWARD_COMPONENTS, TIMINGS
 from envsdk.sandbox import CompletedRun, SandboxError, SandboxPathError
 from envsdk.sandbox.container import (
+    ContainerError,
     ContainerLimits,
     ContainerProvider,
     ContainerSandbox,
+    EngineOutputTooLarge,
 )
 from envsdk.tools import tool
 from envsdk.web import WebView
@@ -90,6 +99,15 @@ MAX_STEPS_LIMIT = 10_000
 #: Where the verifier writes, and what of it is read.
 VERIFIER_DIR = "/logs/verifier"
 _REWARD_BYTES = 64 * 1024
+_REWARD_NAMES = ("reward.json", "reward.txt")
+#: A reward file's tar archive, as the engine copies it out: the file, its headers, the end.
+_REWARD_ARCHIVE_BYTES = _REWARD_BYTES + 16 * 1024
+#: The size of the /logs tmpfs: the verifier's reward and what the tests log there (the agent
+#: may write there in its turn too: gone at the restart).
+LOGS_TMPFS_BYTES = 16 << 20
+#: Of the /tests tmpfs, beyond the task's tests/: what the tests write beside themselves
+#: (Python's byte code, pytest's cache).
+TESTS_TMPFS_MARGIN = 16 << 20
 #: A reward or part of larger magnitude is a broken verifier (see `parse_reward`).
 MAX_REWARD = 1e6
 #: At most this many numbers in a reward.json, the reward among them.
@@ -101,15 +119,21 @@ PART_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{_NAME_CHARS}}}", re.ASCII)
 _NAME_SHOWN = 32
 #: Deadline of the verifier's own housekeeping commands (not the tests).
 _SETUP_TIMEOUT_S = 30.0
-# Removes what the agent left where the verifier looks (a /logs that is a link or a file too),
-# then checks with the shell's own builtins (no program of the agent's) that it is gone: a
-# replaced `rm` or `mkdir` is caught.
+# Checks, with the shell's own builtins (no program of the agent's), that /logs and /tests
+# are the engine's tmpfs mounts (exactly one each), empty, as the restart left them, then makes
+# /logs/verifier; its exit status says what was not so (`_NOT_FRESH`).
 _FRESH = (
-    f"rm -rf /tests {VERIFIER_DIR}; if [ -L /logs ] || {{ [ -e /logs ] && [ ! -d /logs ]; }}; then rm -rf /logs; fi; "
-    f"mkdir -p {VERIFIER_DIR}; shopt -s nullglob dotglob; left=({VERIFIER_DIR}/*); "
-    f"[ -d /logs ] && [ ! -L /logs ] && [ -d {VERIFIER_DIR} ] && [ ! -L {VERIFIER_DIR} ] "
-    '&& [ "${#left[@]}" -eq 0 ] && [ ! -e /tests ] && [ ! -L /tests ]'
+    "shopt -s nullglob dotglob; n=0; while read -r _ _ _ _ point _ rest; do "
+    'case "$point ${rest#*- }" in "/logs tmpfs "*|"/tests tmpfs "*) n=$((n + 1)) ;; esac; '
+    'done < /proc/self/mountinfo; [ "$n" = 2 ] || exit 3; '
+    'for d in /logs /tests; do left=("$d"/*); [ -d "$d" ] && [ ! -L "$d" ] && [ "${#left[@]}" = 0 ] || exit 4; done; '
+    f"mkdir {VERIFIER_DIR} && [ -d {VERIFIER_DIR} ] && [ ! -L {VERIFIER_DIR} ] || exit 5"
 )
+_NOT_FRESH = {
+    3: "/logs and /tests are not tmpfs mounts of the engine's (start the container with HarborLimits.container_limits)",
+    4: "/logs or /tests was not empty after the restart",
+    5: f"{VERIFIER_DIR} could not be made",
+}
 
 
 class HarborOptionError(FrameError, ValueError):
@@ -170,7 +194,9 @@ class HarborLimits:
 
     def container_limits(self, task: HarborTask, base: ContainerLimits | None = None) -> ContainerLimits:
         """The container of `task` (`base`: the provider's defaults, for what a task does not
-        set): its resources and build time, each capped here."""
+        set): its resources and build time, each capped here, and the verifier's tmpfs
+        folders: ``/logs`` (`LOGS_TMPFS_BYTES`) and ``/tests`` (the task's ``tests/`` and
+        `TESTS_TMPFS_MARGIN`), counted in its memory limit and its promise of store room."""
         return replace(
             base or ContainerLimits(),
             cpus=min(task.cpus, self.max_cpus),
@@ -180,7 +206,19 @@ class HarborLimits:
             network=task.network,
             timeout_s=self.command_timeout_s,
             build_timeout_s=min(task.build_timeout_s, self.max_build_timeout_s),
+            tmpfs=(("/logs", LOGS_TMPFS_BYTES), ("/tests", _tests_bytes(task.tests_dir) + TESTS_TMPFS_MARGIN)),
         )
+
+
+def _tests_bytes(folder: Path) -> int:
+    """What a copy of `folder` takes on a tmpfs: each file's pages, a page for each folder and link."""
+    page = 4096
+    total = page
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            info = os.lstat(os.path.join(root, name))
+            total += page + (-(-info.st_size // page) * page if stat.S_ISREG(info.st_mode) else 0)
+    return total
 
 
 class HarborTasks:
@@ -231,9 +269,10 @@ class HarborTasks:
         return list(self.broken.values())
 
     def task(self, name: str) -> HarborTask:
-        """The task named `name`, ready to start; its `TaskError` when it is broken."""
+        """The task named `name`, ready to start; its `TaskError` when it is broken (cut at a
+        clause to what the wire keeps of an error: the log of `build` has it whole)."""
         if name in self.broken:
-            raise self.broken[name]
+            raise _fit_for_the_wire(self.broken[name])
         if name not in self.images:
             raise TaskError(name, "environment/Dockerfile", "its image was not built (the server's build step did not run)")
         return self.tasks[name]
@@ -251,6 +290,21 @@ class HarborTasks:
             raise HarborOptionError(f"seed must be an integer, got {seed!r}")
         index = seed % len(self.names) if seed is not None else random.SystemRandom().randrange(len(self.names))
         return self.names[index]
+
+
+def _fit_for_the_wire(error: TaskError) -> TaskError:
+    """`error`, or where its line is longer than the wire keeps of an error's text (the server
+    would cut it anywhere), the same error cut after a whole clause, saying where the rest is."""
+    text = str(error)
+    if len(text) <= MAX_ECHOED_CHARS:
+        return error
+    note = " (the whole error is in the server's log from its start)"
+    budget = MAX_ECHOED_CHARS - len(f"task {error.task}: {error.file}: ") - len(note)
+    if budget < 32:
+        return error
+    said = " ".join(error.problem.split())
+    cut = max(said.rfind(": ", 0, budget), said.rfind("; ", 0, budget))
+    return TaskError(error.task, error.file, (said[:cut] if cut > 0 else said[: budget - 3] + "...") + note)
 
 
 # ---------------------------------------------------------------- the verifier
@@ -291,13 +345,15 @@ def verify(sandbox: ContainerSandbox, task: HarborTask, *, timeout_s: float, tam
     if not tamper_check:
         sandbox.stop_processes()
     elif tampered := tamper.check(sandbox, task.verifier_env, timeout_s=_SETUP_TIMEOUT_S):
-        logger.warning("task %s: %s (%d paths in all)", task.name, tamper.describe(tampered), len(tampered))
+        logger.warning("task %s: %s (%d path%s in all)", task.name, tamper.describe(tampered), len(tampered),
+                       "" if len(tampered) == 1 else "s")
         logger.debug("task %s: the paths: %s", task.name, tampered)
         return Verdict(reward=0.0, parts={}, exit_code=None, seconds=time.monotonic() - started, timed_out=False,
                        tampered=tuple(tampered))
     fresh = sandbox.bash(_FRESH, timeout=_SETUP_TIMEOUT_S)
     if fresh.returncode != 0:
-        raise TaskError(task.name, VERIFIER_DIR, f"could not be made fresh for the tests (exit status {fresh.returncode})")
+        why = _NOT_FRESH.get(fresh.returncode, f"the check of /logs and /tests failed (exit status {fresh.returncode})")
+        raise ContainerError(f"task {task.name}: the verifier's folders are not fresh for the tests: {why}")
     sandbox.copy_in(task.tests_dir, "/tests")
     exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in task.verifier_env.items())
     script = f"{exports}cd {shlex.quote(sandbox.workdir or '/')} 2>/dev/null || cd /\nbash /tests/test.sh\n"
@@ -310,38 +366,59 @@ def verify(sandbox: ContainerSandbox, task: HarborTask, *, timeout_s: float, tam
         )
     if run.timed_out:
         return Verdict(reward=0.0, parts={}, exit_code=run.returncode, seconds=seconds, timed_out=True)
-    found = _reward_files(sandbox)
+    # A daemon the tests started (as root, or as the user they ran the agent's code as) must
+    # not change the reward once test.sh is done: nothing runs while it is read.
+    sandbox.kill_processes(timeout=_SETUP_TIMEOUT_S)
+    found = _reward_files(sandbox, task.name)
     reward, parts = parse_reward(task.name, found["reward.json"], found["reward.txt"])
     return Verdict(reward=reward, parts=parts, exit_code=run.returncode, seconds=time.monotonic() - started, timed_out=False)
 
 
-def _reward_files(sandbox: ContainerSandbox) -> dict[str, bytes | None]:
+def _reward_files(sandbox: ContainerSandbox, task: str) -> dict[str, bytes | None]:
     """reward.json and reward.txt as the tests left them (None: not there, or not a plain
-    file), copied out by the engine and read on the host, so no program in the container
-    (which the agent may have replaced) reads them; never a link followed."""
+    file; a link is not followed), with no process left to change them. Each is looked at
+    first (``stat``: its type and size); a plain file of at most `_REWARD_BYTES` is copied out
+    by the engine into memory (`ContainerSandbox.get_archive`, bounded) and read on the host,
+    so no program in the container reads it; a larger one is a `TaskError`, never copied."""
+    paths = [f"{VERIFIER_DIR}/{name}" for name in _REWARD_NAMES]
+    # stat is the image's (the tamper check protects it); a file that is not there is no line.
+    listed = sandbox.run(["stat", "-c", "%f %s %n", "--", *paths], timeout=_SETUP_TIMEOUT_S)
+    kinds: dict[str, tuple[int, int]] = {}
+    for line in listed.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            raw_mode, raw_size, listed_path = line.split(" ", 2)
+            kinds[listed_path] = (int(raw_mode, 16), int(raw_size))
+        except ValueError:
+            raise ContainerError(f"stat of the reward files answered {line[:80]!r}") from None
     found: dict[str, bytes | None] = {}
-    with tempfile.TemporaryDirectory(prefix="envsdk-verdict-") as folder:
-        for name in ("reward.json", "reward.txt"):
-            path = f"{VERIFIER_DIR}/{name}"
-            if sandbox.bash(f"[ -f {path} ] && [ ! -L {path} ]", timeout=_SETUP_TIMEOUT_S).returncode != 0:
-                found[name] = None
-                continue
-            copy = Path(folder) / name
-            sandbox.copy_out(path, copy)
-            found[name] = _read_plain_file(copy, _REWARD_BYTES)
+    for name, path in zip(_REWARD_NAMES, paths):
+        mode, size = kinds.get(path, (0, 0))
+        if not stat.S_ISREG(mode):
+            found[name] = None
+            continue
+        if size > _REWARD_BYTES:
+            raise TaskError(
+                task, path, f"{size} bytes, more than the {_REWARD_BYTES} read: a reward is a number or a small JSON object",
+            )
+        try:
+            archive = sandbox.get_archive(path, max_bytes=_REWARD_ARCHIVE_BYTES)
+        except EngineOutputTooLarge:
+            raise TaskError(task, path, f"grew past {_REWARD_BYTES} bytes while it was copied") from None
+        found[name] = _archived_file(archive, path)
     return found
 
 
-def _read_plain_file(path: Path, limit: int) -> bytes | None:
-    """At most `limit` bytes of `path` when it is a plain file (never through a link)."""
+def _archived_file(archive: bytes, path: str) -> bytes | None:
+    """The first `_REWARD_BYTES` of the plain file `archive` (a tar of one file) holds."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return file.read(limit)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                return None
+            extracted = tar.extractfile(member)
+            return extracted.read(_REWARD_BYTES) if extracted is not None else None
+    except tarfile.TarError as exc:
+        raise ContainerError(f"the engine's copy of {path} is not a tar archive: {exc}") from None
 
 
 def parse_reward(task: str, reward_json: bytes | None, reward_txt: bytes | None) -> tuple[float, dict[str, float]]:

@@ -8,7 +8,15 @@ process of the container stopped, so that nothing can change or hide a file afte
 when a change touches what the verification depends on the tests are not run: the episode
 scores 0.0 and the paths are named.
 
-The check looks twice:
+First the changes are measured where the engine keeps them on this host (an overlay's upper
+layer: `measure_changes`, within `CHANGE_BUDGET`): the engine's list grows costly with the
+number of entries and far more with their depth, and podman holds its store's lock (which
+every container start on the machine waits for) while it makes it. Past the budget, or past
+`CHANGES_BYTES` of list, the tests are not run (`TOO_MANY_CHANGES`, or the folder nested too
+deep, named); the check running out of time because of the agent's files scores 0.0 the same
+way, while an engine that fails on its own stays an error.
+
+Then the check looks twice:
 
 1. `first_look`, from the engine's list and the image's own links (`ImageLinks`, listed
    once per image in a fresh container of it), before anything in the container runs again:
@@ -30,17 +38,25 @@ The check looks twice:
    folder, or one above it, replaced (by a link) or changed with nothing in it changed.
    When this look finds nothing, starting the container again runs only the image's own
    bash, coreutils and libraries.
-2. `second_look_script` then runs in that shell (builtins, /usr/bin/stat and head only) and
-   `second_look` reads its answer: a program added or changed in a ``PATH`` folder whose
+2. `second_look_script` then runs in that shell (builtins, /usr/bin/stat, ls, find and head
+   only), always, and `second_look` reads its answer: a program added or changed in a ``PATH`` folder whose
    name the image has in a later ``PATH`` folder (it shadows it); a Python module added at
    the top of a package folder or a ``PYTHONPATH`` folder whose name the image has in
    another Python folder; an added package whose ``entry_points.txt`` declares a pytest
    plugin (pytest loads those on its own); a folder on the way of a protected link that
-   changed and is now not a folder; a protected folder that changed and is now not a
-   folder, writable by users other than root or not owned by root (a test that runs the
-   agent's code as ``nobody`` would let it plant programs there); an account other than
+   changed and is now not a folder; ``/``, a protected folder or one above a protected path
+   (``/etc``, ``/usr``, ``/var/lib``...) that changed and is now not a folder, writable by
+   users other than root (the sticky bit does not help: new names matter there), not owned
+   by root, or with a POSIX ACL (``ls``'s ``+``): a test that runs the agent's code as
+   ``nobody`` would let it rename or plant what the verification runs; an account other than
    root with uid 0 in a changed ``/etc/passwd`` (``setpriv --reuid=nobody`` would run the
-   agent's code as root).
+   agent's code as root); and a symbolic link of the agent's (not the image's, or pointing
+   elsewhere) that leads, resolved as the kernel does with every link of the container
+   (chains, relative and absolute, through the image's links and the agent's), into
+   ``/tests`` or ``/logs`` (`VERIFIER_FOLDERS`: they hold nothing yet, so such a link
+   dangles while the agent works, then hands the tests their own expected file as the
+   agent's output) or through a process's own links (``/proc/self/root``, ``/dev/fd``):
+   `links_out_of_bounds`.
 
 New names shadow nothing and stay allowed: a program of the agent's own in /usr/local/bin,
 a Python module of its own, an image's program in /usr/local/bin that no system program
@@ -62,12 +78,16 @@ import re
 import secrets
 import shlex
 import stat
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from envsdk.sandbox import SandboxPathError
 from envsdk.sandbox.container import (
     CHANGES_BYTES,
     ENGINE_CALL_S,
+    EXEC_DIR,
     ContainerError,
     ContainerSandbox,
     EngineOutputTooLarge,
@@ -82,6 +102,8 @@ __all__ = [
     "PYTEST_ROOT_FILES",
     "START_PROGRAMS",
     "SYSTEM_FOLDERS",
+    "VERIFIER_FOLDERS",
+    "ChangeBudget",
     "FirstLook",
     "ImageLinks",
     "Surface",
@@ -90,6 +112,8 @@ __all__ = [
     "describe",
     "first_look",
     "image_links",
+    "links_out_of_bounds",
+    "measure_changes",
     "protected_by",
     "second_look",
     "second_look_script",
@@ -158,6 +182,19 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_QUESTIONS = 1024
 #: Links followed in resolving one path, as the kernel allows (past it: ELOOP).
 MAX_LINKS = 40
+#: Where the verifier puts what the tests bring and write, after this check: the tests (with the
+#: expected outputs they keep) and the reward's folder. No link of the agent's may lead there: a
+#: test that reads the agent's output through it would compare its expected file with itself.
+VERIFIER_FOLDERS = ("/tests", "/logs")
+#: The kernel's links to a process's own folders and files (``/proc/self/root`` is ``/`` as
+#: the reading process sees it, ``/proc/self/fd/3`` a file it has open): a link of the agent's
+#: through them leads wherever the tests look, /tests included.
+_PROCESS_LINK = re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(root|cwd|exe|fd|map_files)(/|$)")
+#: The engine's links in /dev (a mount of its own, so not among the image's links).
+DEVICE_LINKS = {
+    "/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
+    "/dev/stderr": "/proc/self/fd/2",
+}
 
 _USER_SITE = re.compile(r"/\.local/lib/python[^/]*(/|$)")
 _PYTEST_PLUGIN = re.compile(r"\.(dist|egg)-info/entry_points\.txt$")
@@ -214,18 +251,30 @@ class Surface:
             python_path=_folders(env.get("PYTHONPATH")),
         )
 
-    @property
+    @cached_property
     def user_path(self) -> tuple[str, ...]:
         """The PATH folders outside the system folders."""
         return tuple(f for f in self.path if not any(_under(f, s) for s in SYSTEM_FOLDERS))
 
-    @property
+    @cached_property
+    def protected_whole(self) -> re.Pattern[str]:
+        """Matches the paths where any change is tampering, whatever it is."""
+        folders = (*SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *ACCOUNT_MODULES, *LIBRARY_FOLDERS,
+                   *self.whole_folders, *self.named_files)
+        return re.compile("(?:" + "|".join(re.escape(f.rstrip("/")) for f in folders) + ")(?:/|$)", re.DOTALL)
+
+    @cached_property
+    def target_holders(self) -> frozenset[str]:
+        """The `targets` and every folder above one."""
+        return frozenset({*self.targets, "/", *(parent for t in self.targets for parent in _parents(t))})
+
+    @cached_property
     def prefixes(self) -> tuple[str, ...]:
         """The Python installations: `PYTHON_PREFIXES` and each ``<prefix>/bin`` of the PATH."""
         extra = [posixpath.dirname(f) for f in self.user_path if posixpath.basename(f) == "bin"]
         return tuple(dict.fromkeys((*PYTHON_PREFIXES, *(p for p in extra if p != "/"))))
 
-    @property
+    @cached_property
     def targets(self) -> tuple[str, ...]:
         """Folders that must stay what the image made them (not a link, not writable by
         others): where programs, libraries and modules are looked up, and the lib folder of
@@ -318,6 +367,11 @@ class ImageLinks:
         paths = fields[0::3]
         return cls(dict(zip(paths, fields[1::3], strict=True)), dict(zip(paths, fields[2::3], strict=True)))
 
+    @property
+    def size(self) -> int:
+        """The bytes of `PROBE`'s answer that listed these links."""
+        return sum(len(os.fsencode(path)) + len(os.fsencode(target)) + 4 for path, target in self.targets.items())
+
     def resolve(self, link: str) -> list[str]:
         """The paths resolving `link` passes by after it, in order, as the kernel walks them:
         each folder and link (``..`` goes back to a folder already passed); the last is what
@@ -391,9 +445,11 @@ class FirstLook:
     """What the engine's list alone shows (`tampered`), and what the second look must ask the
     container: `shadows` (an entry, the folder it may shadow from, and the paths or globs
     whose existence in the image makes it a shadow), `plugins` (added entry_points.txt
-    files), `folders` (changed protected folders whose type, owner and mode matter),
-    `passwd` (whether /etc/passwd changed), `kept` (changed folders on the way of a protected
-    link, which must still be folders); `added`: every path the agent added."""
+    files), `folders` (changed protected folders, and folders above a protected path, whose
+    type, owner, mode and ACLs matter; ``/`` always, which the engine never lists and which
+    holds protected names), `passwd` (whether /etc/passwd changed), `kept` (changed folders
+    on the way of a protected link, which must still be folders); `added`: every path the
+    agent added."""
 
     tampered: list[str] = field(default_factory=list)
     shadows: list[tuple[str, str, list[str]]] = field(default_factory=list)
@@ -421,9 +477,13 @@ def first_look(changes: Iterable[tuple[str, str]], surface: Surface, links: Imag
     image's protected `links` lead to (see the module docstring); what only the container can
     answer goes into the result's questions."""
     kinds = {path: kind for kind, path in changes}
-    above = {parent for path in kinds for parent in _parents(path)}
+    above: set[str] = set()  # every folder with something listed below it (/ left out)
+    for path in kinds:
+        end = path.rfind("/")
+        while end > 0 and path[:end] not in above:
+            above.add(path[:end])
+            end = path.rfind("/", 0, end)
     look = FirstLook(added=frozenset(p for p, k in kinds.items() if k == "A"), passwd="/etc/passwd" in kinds)
-    targets = surface.targets
     hops = links.hops(surface) if links is not None else {}
     for path, kind in sorted(kinds.items()):
         listed_below = path in above
@@ -441,7 +501,7 @@ def first_look(changes: Iterable[tuple[str, str]], surface: Surface, links: Imag
             else:
                 for root in hop.roots:
                     _shadow(look, path, posixpath.basename(root), posixpath.dirname(root), kinds, surface)
-        guarded = any(_under(t, path) for t in targets) or surface.python_folder(path) > 0
+        guarded = path in surface.target_holders or surface.python_folder(path) > 0
         if listed_below and kind == "C":
             # A folder listed because something in it changed: that is what is judged (and,
             # for a protected folder, its type, owner and mode).
@@ -458,14 +518,31 @@ def first_look(changes: Iterable[tuple[str, str]], surface: Surface, links: Imag
         if guarded and kind == "A":
             look.folders.append(path)
         _questions(look, path, kind, kinds, surface)
+    held = _held_folders(surface, hops)
+    asked = set(look.folders)
+    look.folders += [path for path, kind in sorted(kinds.items()) if kind != "D" and path in held and path not in asked]
+    look.folders.append("/")
     return look
+
+
+def _held_folders(surface: Surface, hops: Mapping[str, _Hop]) -> frozenset[str]:
+    """Folders whose type, owner, mode and ACLs the verification depends on wherever the
+    engine lists them as changed: the protected folders (a program, module or setting is
+    looked up there by name), the verifier's, and every folder above a protected path (who may
+    write there may rename what lies below and put another in its place). The tests may run
+    the agent's code as another user (``setpriv --reuid=nobody``): with ``/`` or ``/logs``
+    writable by it, or an ACL that lets it in, that code swaps ``/logs/verifier`` for its own."""
+    folders = {*surface.targets, *VERIFIER_FOLDERS, *(path for path, hop in hops.items() if hop.folder)}
+    protected = (
+        *SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *ACCOUNT_MODULES, *LIBRARY_FOLDERS, *PYTEST_ROOT_FILES,
+        "/etc/passwd", *surface.whole_folders, *surface.named_files, *hops, *folders,
+    )
+    return frozenset(folders | {parent for path in protected for parent in _parents(path)})
 
 
 def _whole(path: str, surface: Surface) -> bool:
     """Whether `path` lies where any change is tampering, whatever it is."""
-    protected = (*SYSTEM_FOLDERS, *LOADER_FILES, *ALTERNATIVES, *ACCOUNT_MODULES, *LIBRARY_FOLDERS,
-                 *surface.whole_folders, *surface.named_files)
-    return any(_under(path, f) for f in protected)
+    return surface.protected_whole.match(path) is not None
 
 
 def _static(path: str, kind: str, kinds: Mapping[str, str], surface: Surface) -> bool:
@@ -534,9 +611,11 @@ def _questions(look: FirstLook, path: str, kind: str, kinds: Mapping[str, str], 
         look.shadows.append((path, package[0] if package is not None else parent, surface.module_globs(module)))
 
 
-def second_look_script(look: FirstLook) -> str:
+def second_look_script(look: FirstLook, links_file: str | None = None, links_bytes: int = 0) -> str:
     """A bash script for the container started again (its bash and coreutils known to be the
-    image's): its output answers `look`'s questions, records separated by NUL bytes."""
+    image's): its output answers `look`'s questions, records separated by NUL bytes.
+    `links_file`: where it also writes the container's symbolic links, as `PROBE` lists an
+    image's, then ``END`` (at most `links_bytes` bytes: what is cut has no ``END``)."""
     lines = ["shopt -s nullglob", "__tamper_e() { for p in \"$@\"; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then printf '%s\\0' \"$p\"; fi; done; }"]
     for index, (_, _, asked) in enumerate(look.shadows):
         lines.append(f"printf 'S{index}\\0'; __tamper_e {' '.join(asked)}")
@@ -547,8 +626,15 @@ def second_look_script(look: FirstLook) -> str:
             f"printf 'P{index}\\0'; break; fi; done < <(/usr/bin/head -c 65536 -- {shlex.quote(path)}); fi"
         )
     if look.folders:
-        lines.append("printf 'F\\0'; /usr/bin/stat --printf '%f %u %g %n\\0' -- "
-                     + " ".join(shlex.quote(f) for f in look.folders) + " 2>/dev/null")
+        # The folders there, then ls's mode (its 11th character a '+' for an ACL), owner and
+        # group of each, in the same order (-U); names quoted so that each is one line.
+        lines.append(
+            "__tamper_f=(); for p in " + " ".join(shlex.quote(f) for f in look.folders)
+            + "; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then __tamper_f+=(\"$p\"); fi; done; printf 'F\\0'; "
+            "if ((${#__tamper_f[@]})); then printf '%s\\0' \"${__tamper_f[@]}\"; printf 'M\\0'; "
+            "/usr/bin/ls -dlnU --quoting-style=c -- \"${__tamper_f[@]}\" 2>/dev/null "
+            "| while read -r m _ u g _; do printf '%s %s %s\\0' \"$m\" \"$u\" \"$g\"; done; fi"
+        )
     if look.kept:
         lines.append("printf 'K\\0'; /usr/bin/stat --printf '%f %u %g %n\\0' -- "
                      + " ".join(shlex.quote(f) for f in look.kept) + " 2>/dev/null")
@@ -556,6 +642,13 @@ def second_look_script(look: FirstLook) -> str:
         lines.append(
             "while IFS=: read -r n _ u _; do if [ \"$n\" != root ] && [[ $u =~ ^0+$ ]]; then printf 'U\\0'; fi; "
             "done 2>/dev/null < /etc/passwd"
+        )
+    if links_file is not None:
+        # Not into the folders protected whole: they are the image's (else the first look found them changed).
+        pruned = " -o ".join(f"-path {shlex.quote(folder)}" for folder in _PRUNED)
+        lines.append(
+            f"{{ /usr/bin/find / -xdev \\( -type d \\( {pruned} \\) -prune \\) -o -type l -printf {shlex.quote(PROBE[-1])} "
+            f"2>/dev/null && printf 'END\\0'; }} | /usr/bin/head -c {links_bytes} > {shlex.quote(links_file)}"
         )
     lines.append("printf 'END\\0'")
     return "\n".join(lines) + "\n"
@@ -569,6 +662,8 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
         raise ValueError("the second look's answer is cut short")
     tampered: list[str] = []
     current: str | None = None
+    there: list[str] = []
+    modes: list[str] = []
     for record in records[:-2]:
         if record.startswith("S") and record[1:].isdigit():
             current = record
@@ -577,28 +672,106 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
             tampered.append(look.plugins[int(record[1:])])
         elif record == "U":
             tampered.append("/etc/passwd")
-        elif record in ("F", "K"):
+        elif record in ("F", "K", "M"):
             current = record
-        elif current in ("F", "K"):
-            mode, uid, gid, folder = record.split(" ", 3)
-            bits = int(mode, 16)
-            if not stat.S_ISDIR(bits) or current == "F" and (
-                bits & 0o002 or (bits & 0o020 and gid != "0") or uid != "0"
-            ):
+        elif current == "F":
+            there.append(record)
+        elif current == "M":
+            modes.append(record)
+        elif current == "K":
+            bits, _, _, folder = record.split(" ", 3)
+            if not stat.S_ISDIR(int(bits, 16)):
                 tampered.append(folder)
         elif current is not None and current.startswith("S"):
             path, folder, _ = look.shadows[int(current[1:])]
             if record not in look.added and not _under(record, folder) and path not in tampered:
                 tampered.append(path)
+    if len(modes) != len(there):
+        raise ValueError("the second look's answer lacks the mode of a folder")
+    tampered += [folder for folder, mode in zip(there, modes, strict=True) if not _held_safe(mode)]
     return tampered
+
+
+def _held_safe(listed: str) -> bool:
+    """Whether a folder that `ls -dln` shows as `listed` (its mode, owner and group) is one that
+    only root can change: a folder owned by root, writable by no other user (its group's only
+    when root's group: the sticky bit does not count, as new names matter there too), with no
+    ACL (a ``+`` after the mode)."""
+    mode, _, rest = listed.partition(" ")
+    uid, _, gid = rest.partition(" ")
+    return (
+        len(mode) >= 10 and mode[0] == "d" and uid == "0" and mode[8] != "w" and (mode[5] != "w" or gid == "0")
+        and mode[10:11] != "+"
+    )
+
+
+#: Folders the second look does not list links in: protected whole, so still the image's.
+_PRUNED = (*SYSTEM_FOLDERS, *ALTERNATIVES, *LIBRARY_FOLDERS, "/etc/ld.so.conf.d", "/etc/pam.d", "/etc/security")
+
+
+def links_out_of_bounds(image: ImageLinks, container: ImageLinks) -> list[str]:
+    """The symbolic links of the agent's (in `container`'s list and not in `image`'s, or with
+    another target) that lead into a `VERIFIER_FOLDERS` folder or through a process's links in
+    /proc, resolved as the kernel does with every link of the container (the image's and the
+    agent's, chains, relative and absolute; `container`'s list leaves out what `_PRUNED`
+    holds, which is the image's) and the engine's in /dev."""
+    kept = {link: target for link, target in image.targets.items() if any(_under(link, f) for f in _PRUNED)}
+    every = ImageLinks({**DEVICE_LINKS, **kept, **container.targets})
+    found: list[str] = []
+    for link, target in container.targets.items():
+        if image.targets.get(link) == target:
+            continue
+        if any(_out_of_bounds(path) for path in (link, *every.resolve(link))):
+            found.append(link)
+    return found
+
+
+def _out_of_bounds(path: str) -> bool:
+    return any(_under(path, folder) for folder in VERIFIER_FOLDERS) or _PROCESS_LINK.match(path) is not None
 
 
 # ---------------------------------------------------------------- in a container
 
 #: Of the paths found, how many the verdict names (the server's debug log names them all).
 SHOWN = 20
-#: Stands for every path when the engine's list of changes is longer than `CHANGES_BYTES`.
+#: Stands for every path when the agent changed more than the check takes on (`ChangeBudget`,
+#: `CHANGES_BYTES`).
 TOO_MANY_CHANGES = "/ (too many changed files to check)"
+#: Stands for every path when the container's list of links is longer than the check reads.
+TOO_MANY_LINKS = "/ (too many symbolic links to check)"
+#: Stands for every path when the look inside the container (the image's own programs only)
+#: did not finish: the container's files (how many, how much of its memory they take) are the
+#: agent's doing.
+CHECK_CUT = "/ (the container could not answer the check: too many files, or its memory full)"
+
+
+@dataclass(frozen=True)
+class ChangeBudget:
+    """How much change the check takes on: past any of these, measured by `measure_changes`
+    before the engine is asked for its list, the tests are not run (0.0). podman's list costs
+    about 30 µs an entry plus 5 to 10 µs a folder level of each entry's path (more for one long
+    chain of folders), and holds the store's lock meanwhile: every other container start,
+    restart and copy on the machine waits. Measured with podman 4.3 on 2 busy cores (load 5 to
+    10): 100,000 files in one folder 4.5 s; 150,000 files 10 levels deep 11 s; 19,000 files
+    100 deep 22 s; one chain of 1,000 folders 10.5 s, of 1,900 folders 59 s. `entries`:
+    files, folders, links and deletions; `levels`: the sum of their depths below ``/``;
+    `depth`: the deepest path, in folders; `seconds`: the walk's own time (it walks 150,000
+    entries in 0.2 s). At these limits the list takes about 15 s on such a machine. An honest
+    agent stays below: a Python virtual environment with this project's dependencies (torch
+    among them) is 72,000 entries, 750,000 levels, 21 deep; 1,000 npm-like packages of 100
+    files in /app/node_modules 104,000, 720,000 and 7 (its list: 8.8 s)."""
+
+    entries: int = 200_000
+    levels: int = 1_200_000
+    depth: int = 128
+    seconds: float = 10.0
+
+
+#: What `check` takes on (read when it runs).
+CHANGE_BUDGET = ChangeBudget()
+#: Where the second look leaves the container's list of links, on the container's exec tmpfs
+#: (the engine's mount, emptied at each start; not the agent's files).
+LINKS_FILE = f"{EXEC_DIR}/tamper-links"
 #: What lists an image's symbolic links (`ImageLinks`): the image's own find, on its root
 #: filesystem only (not /proc, /sys, or what the engine mounts).
 PROBE = ("find", "/", "-xdev", "-type", "l", "-printf", "%p\\0%l\\0%Y\\0")
@@ -657,30 +830,108 @@ def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float
     depends on (`env`: variables the tests get beside the container's own). The container is
     started again (only the image's programs running) when the first look finds nothing, and
     left stopped when it does. The paths, a folder standing for what it holds; [] when none.
-    `ContainerError` when the engine, the image's list of links or the second look fails."""
+
+    Where the engine keeps the container's changes in a folder of this host (podman's and
+    Docker's overlay drivers), they are measured there first against `CHANGE_BUDGET`
+    (`measure_changes`): past it, or past `CHANGES_BYTES` of the engine's list, the paths are
+    `TOO_MANY_CHANGES`; so is an engine's list that takes longer than `timeout_s` where
+    nothing could measure them first. Then the first look, and (the container started again)
+    the second, which also lists the container's symbolic links: the agent's that lead where
+    the verifier brings the tests (`links_out_of_bounds`) are named. `ContainerError` when the
+    engine or the image's list of links fails."""
     links = image_links(sandbox, timeout_s=timeout_s)
     surface = Surface.of({**container_env(sandbox), **env})
+    upper = _upper_folder(sandbox, timeout_s)
+    # Stopped first (every process killed, none started; its kept shell goes with them), so
+    # that nothing changes its files once they are measured and listed.
+    sandbox.engine.call(["stop", "-t", "0", sandbox.id], timeout=timeout_s)
+    if upper is not None:
+        try:
+            over = measure_changes(upper, CHANGE_BUDGET, max_bytes=CHANGES_BYTES)
+        except OSError:
+            upper = None
+        else:
+            if over is not None:
+                return [over]
+    started = time.monotonic()
     try:
-        changes = sandbox.changes(stop=True, timeout=timeout_s, max_bytes=CHANGES_BYTES)
+        changes = sandbox.changes(timeout=timeout_s, max_bytes=CHANGES_BYTES)
     except EngineOutputTooLarge:
         # What cannot be listed cannot be judged: the agent changed too many files to check.
         return [TOO_MANY_CHANGES]
+    except ContainerError:
+        if upper is None and time.monotonic() - started >= timeout_s:
+            # Nothing measured the changes first: a list that takes this long is the agent's many files.
+            return [TOO_MANY_CHANGES]
+        raise
     look = first_look(changes, surface, links)
     if look.tampered:
         return _leaves(look.tampered)
     sandbox.stop_processes()
     if look.questions > MAX_QUESTIONS:
         return _leaves(look.asked)
-    if not look.questions:
-        return []
-    run = sandbox.bash(second_look_script(look), timeout=timeout_s)
-    try:
-        return _leaves(second_look(look, run.stdout))
-    except ValueError:
+    # As much as read_file takes, which must hold the image's own links at least.
+    limit = min(PROBE_BYTES, 16 * sandbox.limits.output_bytes - 1)
+    if links.size > limit:
         raise ContainerError(
-            f"the check of the agent's changes got no whole answer from the container (exit status {run.returncode}"
-            f"{', timed out' if run.timed_out else ''})"
-        ) from None
+            f"the links of image {sandbox.image} ({links.size} bytes) are more than a container with output_bytes "
+            f"{sandbox.limits.output_bytes} can list for the check: raise output_bytes to {links.size // 16 + 1} at least"
+        )
+    run = sandbox.bash(second_look_script(look, LINKS_FILE, limit + 1), timeout=timeout_s)
+    try:
+        listed = sandbox.read_file(LINKS_FILE, max_bytes=limit + 1)
+    except SandboxPathError:
+        listed = b""  # not written: the script did not get that far
+    sandbox.bash(f"rm -f {LINKS_FILE}", timeout=timeout_s)
+    try:
+        tampered = second_look(look, run.stdout)
+        if len(listed) > limit:
+            tampered.append(TOO_MANY_LINKS)
+        else:
+            tampered += links_out_of_bounds(links, ImageLinks.parse(listed))
+    except ValueError:
+        # Only the image's own programs ran: the agent's files made them fail.
+        return [CHECK_CUT]
+    return _leaves(tampered)
+
+
+def _upper_folder(sandbox: ContainerSandbox, timeout_s: float) -> str | None:
+    """The host folder where the engine keeps what was written in `sandbox` (an overlay's upper
+    layer), or None where there is none that this process can read (vfs, a remote daemon)."""
+    found = sandbox.engine.call(
+        ["inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", sandbox.id], timeout=timeout_s, check=False,
+    )
+    folder = os.fsdecode(found.stdout.strip())
+    return folder if found.returncode == 0 and folder.startswith("/") and os.path.isdir(folder) else None
+
+
+def measure_changes(folder: str, budget: ChangeBudget, *, max_bytes: int = CHANGES_BYTES) -> str | None:
+    """Walk `folder`, a container's upper layer (what was added, changed or deleted in it, kept
+    by the engine on the host), no further than `budget` and `max_bytes` of paths (the size of
+    the engine's list): None when the changes are within them, else what stands for them in
+    the verdict (`TOO_MANY_CHANGES`, or the first two folders of a path nested too deep).
+    `OSError` when `folder` cannot be read."""
+    started = time.monotonic()
+    entries = levels = size = 0
+    todo: list[tuple[bytes, bytes, int]] = [(os.fsencode(folder), b"", 0)]
+    while todo:
+        real, shown, depth = todo.pop()
+        with os.scandir(real) as listing:
+            for entry in listing:
+                path = shown + b"/" + entry.name
+                entries += 1
+                levels += depth + 1
+                size += len(path) + 4  # quoted and separated in the engine's list
+                if depth + 1 > budget.depth:
+                    top = "/".join(os.fsdecode(path).split("/")[:3])
+                    return f"{top} (folders nested more than {budget.depth} deep: too deep to check)"
+                if entries > budget.entries or levels > budget.levels or size > max_bytes:
+                    return TOO_MANY_CHANGES
+                if entries % 4096 == 0 and time.monotonic() - started > budget.seconds:
+                    return TOO_MANY_CHANGES
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append((os.fsencode(entry.path), path, depth + 1))
+    return None
 
 
 def _leaves(paths: Iterable[str]) -> list[str]:

@@ -146,7 +146,6 @@ def test_a_do_nothing_agent_and_a_cheater_score_zero_and_the_cheater_never_sees_
         answers = "\n".join(tool_result_text(step["observation"]) for step in record["steps"])
         # Its reward file and test script were written; the tests were nowhere to be read.
         assert "wrote 1 bytes to /logs/verifier/reward.txt" in answers and "bytes to /tests/test.sh" in answers
-        assert "ls: cannot access '/tests': No such file or directory" in answers, answers
         assert "cat: /tests/test.sh: No such file or directory" in answers, answers
         seen = json.dumps(record)
         leaked = [line for line in secret if line in seen]

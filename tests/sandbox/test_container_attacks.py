@@ -104,6 +104,10 @@ def test_a_memory_hog_is_killed_and_the_container_lives(honest: ContainerSandbox
     assert run.returncode == 128 + 9 and not run.timed_out  # tail, killed by the kernel out of memory
     assert cgroup_value(attacker, "memory", "memory.max_usage_in_bytes") <= limit
     assert attacker.bash("echo still here").stdout == b"still here\n"
+    # conmon marks the kill with a file named oom in its working folder: the engine's own,
+    # never the folder the server (here, pytest) was started from.
+    assert not (Path.cwd() / "oom").exists()
+    assert (attacker.engine.work_dir / "oom").exists()
 
 
 def test_a_disk_fill_is_bounded_in_bytes(

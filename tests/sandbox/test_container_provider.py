@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import itertools
 import os
 import secrets
@@ -18,10 +19,12 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,7 @@ from envsdk.sandbox.container import (
     ContainerProvider,
     ContainerSandbox,
     ContainerStartError,
+    EngineOutputTooLarge,
     ImageBuildError,
     _StartRate,
 )
@@ -320,6 +324,79 @@ def test_stop_processes_kills_a_daemon_and_keeps_files(box: ContainerSandbox) ->
     listed = box.bash("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done").stdout.decode()
     assert "sleep 300" not in listed
     assert box.bash("echo $GREETING; pwd").stdout == b"hello there\n/app\n"
+
+
+def test_tmpfs_folders_are_made_anew_at_every_restart_and_cannot_be_renamed(
+    container_provider: ContainerProvider, image: str,  # noqa: F811
+) -> None:
+    limits = replace(container_provider.limits, tmpfs=(("/logs", 1 << 20), ("/tests", 2 << 20)))
+    assert limits.container_memory_mb == container_provider.limits.container_memory_mb + 3
+    box = container_provider.start(image, limits=limits)
+    try:
+        look = "stat -c '%n %U %a' /logs /tests; ls -A /logs /tests"
+        fresh = b"/logs root 755\n/tests root 755\n/logs:\n\n/tests:\n"
+        assert box.bash(look).stdout == fresh
+        changed = box.bash(
+            "chmod 0777 /logs /tests && echo x > /logs/f && mkdir /tests/d && chmod 1777 / && "
+            "{ mv /logs /l2; mv /tests/ /t2; rmdir /logs; head -c 2M /dev/zero > /logs/big; } 2>&1; true"
+        ).stdout.decode()
+        assert changed.count("Device or resource busy") == 3 and "No space left on device" in changed, changed
+        box.stop_processes()
+        assert box.bash(look).stdout == fresh
+        box.copy_in(REPO / "tests" / "_containers.py", "/tests/copied.py")
+        assert box.bash("stat -c '%U %a' /tests/copied.py").stdout == b"root 644\n"
+    finally:
+        box.close()
+    for bad in ((("logs", 1),), (("/logs", 0),), (("/logs", 1), ("/logs", 1)), (("/run/envsdk", 1),),
+                (("/a b", 1),), (("/a/../b", 1),), (("/logs",),)):
+        with pytest.raises(ValueError, match="tmpfs"):
+            ContainerLimits(tmpfs=bad)  # type: ignore[arg-type]
+
+
+def test_kill_processes_leaves_the_files_as_they_were_and_the_shell_working(
+    container_provider: ContainerProvider, image: str,  # noqa: F811
+) -> None:
+    box = container_provider.start(image, limits=replace(container_provider.limits, tmpfs=(("/logs", 1 << 20),)))
+    try:
+        # A daemon that keeps writing, one that ignores SIGTERM, a process group of their own each.
+        started = box.bash(
+            "echo kept > /logs/kept; setsid bash -c 'while :; do echo x >> /logs/spam; sleep 0.01; done' "
+            "> /dev/null 2>&1 < /dev/null & setsid bash -c 'trap \"\" TERM; sleep 300' > /dev/null 2>&1 < /dev/null & "
+            "sleep 0.2"
+        )
+        assert started.returncode == 0, started
+        box.kill_processes()
+        size = box.bash("stat -c %s /logs/spam").stdout
+        listed = box.bash("sleep 0.1; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done").stdout.decode()
+        assert "sleep 300" not in listed and "spam" not in listed, listed
+        assert box.bash("stat -c %s /logs/spam").stdout == size
+        assert box.read_file("/logs/kept") == b"kept\n"
+        timed = box.bash("sleep 30", timeout=1)  # the watchdog, killed too, was started again
+        assert (timed.returncode, timed.timed_out) == (-9, True)
+        assert box.bash("echo still").stdout == b"still\n"
+    finally:
+        box.close()
+
+
+def test_get_archive_is_bounded_and_reads_a_tmpfs_of_the_running_container(
+    container_provider: ContainerProvider, image: str,  # noqa: F811
+) -> None:
+    box = container_provider.start(image, limits=replace(container_provider.limits, tmpfs=(("/logs", 1 << 20),)))
+    try:
+        assert box.bash("echo 0.5 > /logs/small && truncate -s 1G /logs/sparse").returncode == 0
+        with tarfile.open(fileobj=io.BytesIO(box.get_archive("/logs/small", max_bytes=64 << 10))) as tar:
+            member = tar.next()
+            assert member is not None and member.isreg() and member.name == "small"
+            extracted = tar.extractfile(member)
+            assert extracted is not None and extracted.read() == b"0.5\n"
+        started = time.monotonic()
+        with pytest.raises(EngineOutputTooLarge, match="over 65536 bytes"):
+            box.get_archive("/logs/sparse", max_bytes=64 << 10)  # a gigabyte of holes: stopped at the cap
+        assert time.monotonic() - started < 10
+        with pytest.raises(SandboxPathError, match="get_archive '/logs/none'"):
+            box.get_archive("/logs/none", max_bytes=64 << 10)
+    finally:
+        box.close()
 
 
 # ---------------------------------------------------------------- lifetime

@@ -23,12 +23,15 @@ from pathlib import Path
 
 import pytest
 
+from envsdk.sandbox import container
 from envsdk.sandbox.container import (
+    STORE_SLACK_MB,
     ContainerEngine,
     ContainerLimits,
     ContainerProvider,
     ContainerSandbox,
     StoreFullError,
+    host_reserve_mb,
 )
 from envsdk.sandbox.images import prepare_base
 from tests._containers import requires_containers
@@ -129,6 +132,40 @@ def test_a_start_past_the_store_is_refused_in_one_line_and_filled_disks_leave_th
         second.close()
     space = provider.store_space()
     assert space is not None and (space.containers, space.promised_mb) == (0, 0)
+
+
+def test_admission_stops_at_what_the_hosts_memory_holds_when_the_store_is_larger(
+    engine: ContainerEngine, provider: ContainerProvider, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The store is a tmpfs: its pages are the host's RAM or swap. A store grown past them (a
+    # bench grew one to 40 GB on a 24 GB host) must not promise containers more than that.
+    space = provider.store_space()
+    assert space is not None and space.containers == 0 and space.memory_mb > 0
+    need = provider.limits.container_memory_mb
+    # A host whose memory holds, beside its reserve and what the store holds, one container.
+    memory = host_reserve_mb(1) + space.used_mb + need + STORE_SLACK_MB + 8
+    monkeypatch.setattr(container, "_host_memory_mb", lambda: memory)
+    space = provider.store_space()
+    assert space is not None and space.host_bound and space.available_mb == need + 8 < space.free_mb
+    assert provider.describe()["store_space"]["host_room_mb"] == need + STORE_SLACK_MB + 8
+    first = provider.start(BASE)
+    try:
+        with pytest.raises(StoreFullError) as refused:
+            provider.start(BASE)
+    finally:
+        first.close()
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith(f"this host's memory has 8 MiB left for containers and a container of {BASE}")
+    assert "retry once containers end" in said[:256] and "growing it adds no room" in said, said
+    assert f"{memory} MiB of RAM and swap" in said, said
+
+    # A store larger than the host's RAM and swap is said once, when an engine prepares it.
+    monkeypatch.setattr(container, "_host_memory_mb", lambda: STORE_MB // 2)
+    with caplog.at_level(logging.WARNING, logger="envsdk.sandbox"):
+        ContainerEngine("podman", root=engine.root, store_mb=STORE_MB).prepare()
+    warned = [r.getMessage() for r in caplog.records if "more than this host's" in r.getMessage()]
+    assert len(warned) == 1 and f"a tmpfs of {STORE_MB} MiB, more than this host's {STORE_MB // 2} MiB" in warned[0]
 
 
 HOLDER = """

@@ -84,10 +84,12 @@ if [ "$by_python" = 0 ] && [ "$by_grep" = 0 ]; then
     reward=1
 fi
 """
+# The expected greeting travels with the tests, as the shipped tasks keep their expected
+# outputs; like two of them once did, this test follows links to the agent's file.
 CHECK_PY = """import sys
 try:
-    with open("/app/greeting.txt") as f:
-        sys.exit(0 if f.read() == "hello\\n" else 1)
+    with open("/app/greeting.txt") as f, open("/tests/expected.txt") as e:
+        sys.exit(0 if f.read() == e.read() else 1)
 except OSError:
     sys.exit(1)
 """
@@ -95,6 +97,17 @@ except OSError:
 WORK = "printf 'hello\\n' > /app/greeting.txt"
 WORK_PY = "open('/app/greeting.txt', 'w').write('hello\\n')"
 USER_SITE = "/root/.local/lib/python3.11/site-packages"
+# A POSIX ACL entry list as the kernel takes it in system.posix_acl_access/_default: user::rwx,
+# user:65534:rwx (nobody, as whom tests run the agent's code), group::r-x, mask::rwx, other::r-x.
+ACL_PY = (
+    "import os, struct, sys; e = [(1, 7, 2**32 - 1), (2, 7, 65534), (4, 5, 2**32 - 1), (16, 7, 2**32 - 1), (32, 5, 2**32 - 1)]; "
+    "os.setxattr(sys.argv[1], sys.argv[2], struct.pack('<I', 2) + b''.join(struct.pack('<HHI', *x) for x in e))"
+)
+
+
+def _acl(path: str, which: str) -> str:
+    """A command line that gives nobody an ACL entry (`which`: access or default) on folder `path`."""
+    return f"mkdir -p {path} && python3 -c \"{ACL_PY}\" {path} system.posix_acl_{which} && ls -ld {path} | grep -q '+ '"
 
 
 def _wrapper(path: str, real: str, *, first: str = "") -> str:
@@ -156,6 +169,23 @@ ATTACKS: dict[str, tuple[str, list[str]]] = {
         _repoint("/etc/alternatives/which", "/usr/bin/which.debianutils"), ["/etc/alternatives/which"],
     ),
     "pager through /etc/alternatives": (_repoint("/etc/alternatives/pager", "/bin/more"), ["/etc/alternatives/pager"]),
+    # Links to what the verifier brings after the check: the tests would compare their expected
+    # greeting with itself (/tests does not exist yet while the agent works).
+    "a link to the tests' expected file": ("ln -s /tests/expected.txt /app/greeting.txt", ["/app/greeting.txt"]),
+    "a chain of relative links to the tests": (
+        "ln -s ../../tests /var/lib/t && ln -s ../var/lib/t/expected.txt /app/greeting.txt",
+        ["/app/greeting.txt", "/var/lib/t"],
+    ),
+    "a link through the reading process's root": (
+        "ln -s /proc/self/root/tests/expected.txt /app/greeting.txt", ["/app/greeting.txt"],
+    ),
+    # Folders the tests' other users (setpriv --reuid=nobody runs the agent's code) could
+    # rename or write in: / (then /usr, /etc...), /etc, an ACL that lets nobody in.
+    "/ writable by everyone": ("chmod 0777 /", ["/"]),
+    "/etc writable by everyone": ("chmod 0777 /etc", ["/etc"]),
+    "an ACL on / for nobody": (_acl("/", "access"), ["/"]),
+    "a default ACL on /etc": (_acl("/etc", "default"), ["/etc"]),
+    "an ACL on /usr/local/bin": (_acl("/usr/local/bin", "access") + " && touch /usr/local/bin/mine", ["/usr/local/bin"]),
     # Any file a system program's link leads to: /usr/bin/py3versions -> ../share/python3/py3versions.py.
     "the file a system link leads to": (
         f"cat > /usr/share/python3/py3versions.py <<'EOF'\n#!/usr/bin/python3\n{WORK_PY}\nEOF",
@@ -269,7 +299,10 @@ def test_new_names_and_the_agents_own_work_are_left_to_the_tests() -> None:
         (f"{SITE}/greetlib.py", SITE), (f"{SITE}/mine", SITE),
     ]
     assert look.plugins == [f"{SITE}/mine-1.0.dist-info/entry_points.txt"] and look.passwd
-    assert look.folders == ["/usr", "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/lib/python3.11", SITE]
+    # Protected folders (or above one) that changed: their type, owner, mode and ACLs; / always.
+    assert look.folders == [
+        "/usr", "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/lib/python3.11", SITE, "/etc", "/",
+    ]
 
 
 def test_the_second_look_reads_the_containers_answer() -> None:
@@ -277,10 +310,17 @@ def test_the_second_look_reads_the_containers_answer() -> None:
                        ("C", "/etc/passwd")], DEFAULT)
     script = second_look_script(look)
     assert " /usr/bin/grep " in script and "/etc/passwd" in script
-    answer = b"S0\0S1\0/usr/bin/grep\0F\0" + b"41ed 0 0 /usr/local/bin\0END\0"
+    # The folders there, then ls's mode, owner and group of each in the same order.
+    answer = b"S0\0S1\0/usr/bin/grep\0F\0/usr/local/bin\0/\0M\0drwxr-xr-x 0 0\0dr-xr-xr-x 0 0\0END\0"
     assert second_look(look, answer) == ["/usr/local/bin/grep"]
-    for mode, uid, gid in (("41ff", "0", "0"), ("a1ff", "0", "0"), ("41fd", "0", "50"), ("41ed", "1000", "0")):
-        assert second_look(look, f"F\0{mode} {uid} {gid} /usr/local/bin\0END\0".encode()) == ["/usr/local/bin"]
+    for listed in ("drwxrwxrwx 0 0", "lrwxrwxrwx 0 0", "drwxrwxr-x 0 50", "drwxr-xr-x 1000 0", "drwxr-xr-x+ 0 0",
+                   "drwxrwxrwt 0 0"):
+        answer = f"F\0/usr/local/bin\0/\0M\0{listed}\0dr-xr-xr-x 0 0\0END\0".encode()
+        assert second_look(look, answer) == ["/usr/local/bin"], listed
+    assert second_look(look, b"F\0/usr/local/bin\0/\0M\0drwxr-xr-x 0 0\0drwxrwxrwx 0 0\0END\0") == ["/"]
+    assert second_look(look, b"F\0/usr/local/bin\0/\0M\0drwxrwxr-x 0 0\0dr-xr-xr-x 0 0\0END\0") == []
+    with pytest.raises(ValueError, match="mode"):
+        second_look(look, b"F\0/usr/local/bin\0/\0M\0drwxr-xr-x 0 0\0END\0")
     assert second_look(look, b"U\0END\0") == ["/etc/passwd"]
     with pytest.raises(ValueError, match="cut short"):
         second_look(look, b"S0\0/usr/bin/grep\0")
@@ -402,11 +442,19 @@ def test_the_command_line_turns_the_check_off_by_flag_or_variable(
 # ---------------------------------------------------------------- in real containers
 
 
+# Shipped tasks whose tests compare the agent's file with one they bring: (the file, theirs).
+LINKED = {
+    "log-error-summary": ("/root/error_report.txt", "/tests/expected_report.txt"),
+    "orders-csv-summary": ("/data/summary.json", "/tests/expected.json"),
+}
+
+
 @pytest.fixture(scope="module")
 def served(
     container_provider: ContainerProvider, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
 ) -> Iterator[tuple[str, HarborTasks]]:
-    """A server of the greeting task and a copy of the shipped fix-snapshot-script, and its tasks."""
+    """A server of the greeting task and copies of the shipped fix-snapshot-script and `LINKED`
+    tasks, and its tasks."""
     folder = tmp_path_factory.mktemp("tamper-tasks")
     task = folder / "greeting"
     (task / "environment").mkdir(parents=True)
@@ -416,7 +464,9 @@ def served(
     (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
     (task / "tests" / "test.sh").write_text(TEST_SH)
     (task / "tests" / "check.py").write_text(CHECK_PY)
-    shutil.copytree(REPOSITORY / "servers" / "harbor" / "tasks" / "fix-snapshot-script", folder / "fix-snapshot-script")
+    (task / "tests" / "expected.txt").write_text("hello\n")
+    for shipped in ("fix-snapshot-script", *LINKED):
+        shutil.copytree(REPOSITORY / "servers" / "harbor" / "tasks" / shipped, folder / shipped)
     app = create_harbor_app(folder, provider=container_provider, limits=LIMITS, max_concurrent_envs=4)
     images = set(app.state.envsdk_harbor_tasks.images.values())
     with running_server(app) as url:
@@ -454,18 +504,47 @@ def test_an_agent_that_replaces_what_the_verification_runs_scores_zero(url: str,
 
 
 @requires_containers
-def test_an_honest_agent_scores_one_also_with_new_programs_and_modules_of_its_own(url: str) -> None:
+def test_an_honest_agent_scores_one_also_with_new_programs_modules_and_links_of_its_own(url: str) -> None:
     # New names shadow nothing: a program of its own on the PATH, a Python module of its own,
-    # and Python run (which may write byte code next to the modules it imports).
+    # and Python run (which may write byte code next to the modules it imports). Links of its
+    # own lead anywhere but to what the verifier brings: a program on the PATH that is a link
+    # to its script, relative links in its own folders, one to a file of the process's in /proc.
     command = (
         "echo x > /etc/ssl/certs/mine.pem && echo >> /etc/ssl/certs/ca-certificates.crt && "
         "ln -s /usr/local/bin/greet /usr/local/bin/hello && "
         f"{WORK} && printf '#!/bin/sh\\necho hi\\n' > /usr/local/bin/greet && chmod 755 /usr/local/bin/greet && "
         "echo 'NAME = 1' > /usr/local/lib/python3.11/dist-packages/greetlib.py && "
-        "python3 -c 'import greetlib, json, decimal, sqlite3, csv' && greet"
+        "python3 -c 'import greetlib, json, decimal, sqlite3, csv' && greet && "
+        "printf '#!/bin/sh\\necho tool\\n' > /app/tool.sh && chmod 755 /app/tool.sh && ln -s /app/tool.sh /usr/local/bin/mytool && "
+        "mkdir -p /app/releases/v1 && ln -s releases/v1 /app/current && ln -s ../../greeting.txt /app/releases/v1/greeting && "
+        "ln -s /proc/self/mounts /app/mounts && mytool && cmp /app/current/greeting /app/greeting.txt"
     )
     reward, metadata, _ = _play(url, "greeting", command)
     assert (reward, "tampered" in metadata["verifier"]) == (1.0, False), metadata["verifier"]
+
+
+@requires_containers
+@pytest.mark.parametrize("task", list(LINKED))
+def test_a_link_to_the_tests_expected_file_scores_zero_on_the_shipped_tasks(url: str, task: str) -> None:
+    # Two shipped tests compared the agent's file with one they bring, following links: the
+    # link, made before /tests exists, once scored 1.0 without the task.
+    mine, theirs = LINKED[task]
+    reward, metadata, _ = _play(url, task, f"ln -s {theirs} {mine}")
+    assert (reward, metadata["verifier"].get("tampered")) == (0.0, [mine]), metadata["verifier"]
+
+
+@requires_containers
+@pytest.mark.parametrize("task", list(LINKED))
+def test_the_shipped_tests_refuse_a_link_even_with_the_check_off(served: tuple[str, HarborTasks], task: str) -> None:
+    tasks = served[1]
+    mine, theirs = LINKED[task]
+    sandbox = tasks.provider.start(tasks.images[task], limits=LIMITS.container_limits(tasks.task(task)))
+    try:
+        assert sandbox.bash(f"ln -s {theirs} {mine}").returncode == 0
+        verdict = verify(sandbox, tasks.task(task), timeout_s=30.0, tamper_check=False)
+        assert (verdict.reward, verdict.exit_code) == (0.0, 0)
+    finally:
+        sandbox.close()
 
 
 @requires_containers
@@ -490,12 +569,16 @@ def test_without_the_check_the_agents_bash_writes_the_reward(served: tuple[str, 
 
 
 @requires_containers
+@pytest.mark.parametrize("measured", [True, False], ids=["measured first", "listed by the engine"])
 def test_an_agent_that_changes_too_many_files_to_list_scores_zero_without_the_tests(
-    served: tuple[str, HarborTasks], monkeypatch: pytest.MonkeyPatch,
+    served: tuple[str, HarborTasks], monkeypatch: pytest.MonkeyPatch, measured: bool,
 ) -> None:
     # The engine's list of changes is read up to a byte cap (32 MiB; 2 KiB here, so that a few
-    # dozen files are enough): past it nothing can be judged, so the tests are not run.
+    # dozen files are enough): past it nothing can be judged, so the tests are not run. Where
+    # the engine keeps the changes in a folder of the host they are measured there first.
     monkeypatch.setattr(tamper, "CHANGES_BYTES", 2048)
+    if not measured:
+        monkeypatch.setattr(tamper, "_upper_folder", lambda sandbox, timeout_s: None)
     tasks = served[1]
     task = tasks.task("greeting")
     sandbox = tasks.provider.start(tasks.images["greeting"], limits=LIMITS.container_limits(task))
@@ -506,6 +589,38 @@ def test_an_agent_that_changes_too_many_files_to_list_scores_zero_without_the_te
     finally:
         sandbox.close()
     assert (verdict.reward, verdict.tampered, verdict.exit_code) == (0.0, (tamper.TOO_MANY_CHANGES,), None)
+
+
+@requires_containers
+@pytest.mark.parametrize(("budget", "command", "named"), [
+    # One `mkdir -p` of 1,900 nested folders kept podman's diff busy for a minute, holding the
+    # store's lock (every container start on the machine waited): deeper than 128 is refused
+    # before the engine is asked; 20 here.
+    ({"depth": 20}, "mkdir -p /app/$(printf 'a/%.0s' $(seq 1 30))", "/app/a (folders nested more than 20 deep: too deep to check)"),
+    ({"entries": 50}, "mkdir /app/many && touch /app/many/f{1..80}", tamper.TOO_MANY_CHANGES),
+    ({"levels": 300}, "mkdir -p /app/x/y/z && touch /app/x/y/z/f{1..80}", tamper.TOO_MANY_CHANGES),
+], ids=["depth", "entries", "levels"])
+def test_an_agent_that_changes_more_than_the_check_takes_on_scores_zero_before_the_engine_lists_it(
+    served: tuple[str, HarborTasks], monkeypatch: pytest.MonkeyPatch, budget: dict[str, int], command: str, named: str,
+) -> None:
+    monkeypatch.setattr(tamper, "CHANGE_BUDGET", tamper.ChangeBudget(**budget))
+    tasks = served[1]
+    task = tasks.task("greeting")
+    sandbox = tasks.provider.start(tasks.images["greeting"], limits=LIMITS.container_limits(task))
+    listed: list[dict[str, Any]] = []
+
+    def changes(**options: Any) -> list[tuple[str, str]]:
+        listed.append(options)
+        return []
+
+    monkeypatch.setattr(sandbox, "changes", changes)
+    try:
+        assert sandbox.bash(f"{WORK} && {command}").returncode == 0
+        verdict = verify(sandbox, task, timeout_s=30.0)
+    finally:
+        sandbox.close()
+    assert (verdict.reward, verdict.tampered, verdict.exit_code, listed) == (0.0, (named,), None, [])
+    assert verdict.reason is not None and named in verdict.reason
 
 
 @requires_containers

@@ -15,13 +15,16 @@ from pydantic import ValidationError
 
 from envsdk.sandbox import CompletedRun
 from servers.harbor.environment import (
+    LOGS_TMPFS_BYTES,
+    TESTS_TMPFS_MARGIN,
     HarborLimits,
+    HarborTasks,
     Verdict,
     _bash_outcome,
     parse_reward,
 )
 from servers.harbor.models import HarborAction
-from servers.harbor.tasks import TaskError
+from servers.harbor.tasks import TaskError, read_task
 
 FIXTURES = Path(__file__).parent / "harbor_fixtures"
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -188,6 +191,39 @@ def test_limits_are_checked_and_cover_a_command_then_the_verifier() -> None:
         HarborLimits(pids=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_steps must be at most 10000"):
         HarborLimits(max_steps=10_001)
+
+
+def test_the_verifiers_folders_are_tmpfs_mounts_sized_by_the_task_and_counted_in_its_memory() -> None:
+    task = read_task(FIXTURES / "minimal")
+    limits = HarborLimits().container_limits(task)
+    (logs, logs_bytes), (tests, tests_bytes) = limits.tmpfs
+    files = sum(path.stat().st_size for path in task.tests_dir.rglob("*") if path.is_file())
+    assert (logs, logs_bytes, tests) == ("/logs", LOGS_TMPFS_BYTES, "/tests")
+    assert files + TESTS_TMPFS_MARGIN < tests_bytes < files + TESTS_TMPFS_MARGIN + (64 << 10)
+    assert limits.container_memory_mb == limits.memory_mb + limits.storage_mb + 48 + 16 + 17
+
+
+def test_a_broken_tasks_error_longer_than_the_wire_keeps_is_cut_after_a_clause(tmp_path: Path) -> None:
+    (tmp_path / "minimal").symlink_to(FIXTURES / "minimal")
+    tasks = HarborTasks(tmp_path, provider=None)  # type: ignore[arg-type]  # no image is built here
+    problem = (
+        "FROM registry.invalid/nobody/not-here:1.0: not in the container store and no registry is used (builds are "
+        "offline): map it to a local image in an image map file named by ENVSDK_IMAGE_MAP (a TOML line "
+        '"registry.invalid/nobody/not-here:1.0" = "<local image>"), or start from a base image built here'
+    )
+    tasks.broken["minimal"] = TaskError("minimal", "environment/Dockerfile", problem)
+    with pytest.raises(TaskError) as caught:
+        tasks.task("minimal")
+    assert str(caught.value) == (
+        "task minimal: environment/Dockerfile: FROM registry.invalid/nobody/not-here:1.0: not in the container store "
+        "and no registry is used (builds are offline) (the whole error is in the server's log from its start)"
+    )
+    assert len(str(caught.value)) <= 256
+    short = TaskError("minimal", "task.toml", "missing")
+    tasks.broken["minimal"] = short
+    with pytest.raises(TaskError) as caught:
+        tasks.task("minimal")
+    assert caught.value is short
 
 
 def _command(*args: str, cwd: Path, **variables: str) -> subprocess.CompletedProcess[str]:

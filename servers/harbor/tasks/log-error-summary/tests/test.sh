@@ -11,6 +11,12 @@ if [ ! -f "$report" ]; then
     echo "no $report"
     exit 0
 fi
+# A plain file at that very path: a link (or a folder on the way that is one) could lead to
+# what these tests bring, such as the expected report itself.
+if [ "$(realpath -e -- "$report" 2>/dev/null)" != "$report" ]; then
+    echo "$report is a link, or reached through one"
+    exit 0
+fi
 normalised=$(tr -d '\r' < "$report" | awk 'NF { $1 = $1; print }')
 expected=$(cat /tests/expected_report.txt)
 if [ "$normalised" == "$expected" ]; then

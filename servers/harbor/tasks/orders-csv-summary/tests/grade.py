@@ -5,14 +5,17 @@
   ordering      customers listed by total, highest first
   countries     the same countries with the right totals
   grand_total   the overall total
-A missing or unreadable summary scores 0 in every part."""
+A missing or unreadable summary, or one reached through a link, scores 0 in every part."""
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 TOLERANCE = 0.02
+SUMMARY = "/data/summary.json"
 EXPECTED = json.loads(Path("/tests/expected.json").read_text(encoding="utf-8"))
 
 
@@ -52,11 +55,23 @@ def grade(summary: Any) -> dict[str, float]:
     return parts
 
 
+def read_summary() -> Any:
+    """The agent's summary, from a plain file at that very path: a link (or a folder on the way
+    that is one) could lead to what these tests bring, such as expected.json itself."""
+    if os.path.realpath(SUMMARY) != SUMMARY:
+        raise OSError("a link, or reached through one")
+    fd = os.open(SUMMARY, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a plain file")
+        return json.loads(file.read(1 << 20).decode("utf-8"))
+
+
 def main() -> None:
     try:
-        summary = json.loads(Path("/data/summary.json").read_text(encoding="utf-8"))
+        summary = read_summary()
     except (OSError, ValueError) as exc:
-        print(f"/data/summary.json: {exc}")
+        print(f"{SUMMARY}: {exc}")
         summary = None
     parts = grade(summary)
     print(parts)
