@@ -36,9 +36,13 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
 
     Any of ``reset``, ``step`` and ``close`` may be ``async def``: coroutines run on the server's
     event loop (they must not block it). Plain methods (and the constructor, and ``state``) run
-    on the session's own lane thread: every call of one session on the same thread, one at a
-    time, so thread-bound resources (sqlite, browsers, CUDA contexts) are safe to keep.
-    ``REQUIRES_SINGLE_THREAD_EXECUTOR = True`` puts every session of the class on one thread.
+    on the session's lane, one at a time, in order, on a thread that the lane lets go once the
+    session has had no call for the server's ``lane_idle_s`` (5 s by default): an idle session
+    holds no thread, and its next call may run on a new one. An env whose instances hold
+    thread-bound resources (sqlite connections, browsers, CUDA contexts, greenlets,
+    thread-local state) sets ``THREAD_BOUND = True``: each session then keeps one thread for
+    its whole life. ``REQUIRES_SINGLE_THREAD_EXECUTOR = True`` puts every session of the class
+    on one thread.
     Keyword arguments of ``reset`` other than ``seed`` and ``episode_id`` must be declared in
     its signature (or accepted by ``**kwargs``): unknown ones are refused.
 
@@ -62,6 +66,7 @@ class Environment(abc.ABC, Generic[ActT, ObsT, StateT]):
 
     SUPPORTS_CONCURRENT_SESSIONS: ClassVar[bool] = True
     REQUIRES_SINGLE_THREAD_EXECUTOR: ClassVar[bool] = False
+    THREAD_BOUND: ClassVar[bool] = False
     INLINE_SYNC: ClassVar[bool] = False
     factory_timeout_s: ClassVar[float | None] = None
     step_timeout_s: ClassVar[float | None] = None

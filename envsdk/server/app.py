@@ -138,7 +138,7 @@ def create_app(
         description=doc.splitlines()[0] if doc else f"{name} environment",
         version=str(getattr(env_class, "version", "1.0.0")),
     )
-    executors = Executors(cfg.max_abandoned_threads, cfg.process_workers)
+    executors = Executors(cfg.max_abandoned_threads, cfg.process_workers, cfg.lane_idle_s, cfg.max_concurrent_envs)
     metrics = Metrics()
     table = SessionTable(spec, cfg, executors, metrics)
 
@@ -308,17 +308,24 @@ class _Drain:
         if self.busy:
             logger.warning("shutting down with %d request(s) still running after the drain timeout", self.busy)
         frame = error_frame(ErrorCode.SHUTTING_DOWN, _SHUTTING_DOWN)
-        await asyncio.gather(*(_send_quietly(ws, frame) for ws in list(self.connections)))
+        # Bounded as a whole: a client that stopped reading must not hold up the shutdown. One
+        # timeout for all (not one each: 16,384 of those took seconds of the loop's time).
+        sends = [asyncio.ensure_future(_send_quietly(ws, frame)) for ws in list(self.connections)]
+        if sends:
+            _, late = await asyncio.wait(sends, timeout=_SHUTDOWN_SEND_S)
+            for send in late:
+                send.cancel()
         await self.table.close_all()
 
 
+#: How long the drain waits for its SHUTTING_DOWN frames to be sent.
+_SHUTDOWN_SEND_S = 1.0
 _SHUTTING_DOWN = "The server is shutting down: this session is over; start a new one on a server that is up"
 
 
 async def _send_quietly(ws: WebSocket, frame: str) -> None:
     try:
-        # Bounded: a client that stopped reading must not hold up the shutdown.
-        await asyncio.wait_for(ws.send_text(frame), 1.0)
+        await ws.send_text(frame)
     except Exception:  # the peer is gone or stuck; the close that follows is all it gets
         pass
 

@@ -30,6 +30,10 @@ building, resetting and stepping is OpenEnv's client message timeout (a reply la
 reaches nobody); `state` is a read and `close` a release, so theirs are short."""
 
 
+DEFAULT_LANE_IDLE_S = 5.0
+"""Idle seconds after which a session's lane thread exits (`ServerConfig.lane_idle_s`)."""
+
+
 class ServerEnvironmentError(ValueError):
     """An environment variable that sets a server option holds a value it cannot take."""
 
@@ -171,6 +175,17 @@ class ServerConfig(BaseModel):
         "whose recent calls ran under a tenth of this are waited for: waiting saves the cost "
         "of waking the loop up again, which dominates for calls of microseconds. 0: never wait. "
         "Default: ENVSDK_LANE_WAIT_S, else 0.001.",
+    )
+    lane_idle_s: float | None = Field(
+        default_factory=_FromEnv("ENVSDK_LANE_IDLE_S", _env_number, DEFAULT_LANE_IDLE_S),
+        gt=0,
+        description="How long a session's lane thread stays with no call to run before it exits "
+        "(after this to twice this); the session's next sync call starts a new one, in order "
+        "behind nothing. An idle session then holds no thread. An env class with "
+        "`THREAD_BOUND = True` (its instances hold thread-bound resources) keeps one thread per "
+        "session for the session's whole life; `REQUIRES_SINGLE_THREAD_EXECUTOR` envs share one "
+        "that never exits. None: every lane keeps its thread. Default: ENVSDK_LANE_IDLE_S, else "
+        f"{DEFAULT_LANE_IDLE_S:g}.",
     )
     loop_stall_s: float | None = Field(
         default=0.1,

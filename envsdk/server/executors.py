@@ -1,13 +1,16 @@
-"""Where environment code runs: the event loop, one lane thread per session, an optional
-process pool.
+"""Where environment code runs: the event loop, one lane per session, an optional process
+pool.
 
 * Coroutine functions run as tasks on the server's event loop; they must not block it.
-* Plain functions of a session run on that session's **lane**: one daemon thread that runs
-  the session's calls one after another, in order, for the session's whole life (factory,
-  reset, step, state, close). An env that holds thread-bound resources (an sqlite connection,
-  a browser, a CUDA context, a greenlet) always meets them on the thread that made them, as
-  OpenEnv's users expect. An env class with ``REQUIRES_SINGLE_THREAD_EXECUTOR = True``
-  (OpenEnv's attribute, e.g. for Playwright) gets one lane shared by all its sessions.
+* Plain functions of a session run on that session's **lane**: the session's calls one after
+  another, in order (factory, reset, step, state, close), on a daemon thread the lane starts
+  for them and lets go once the session has had no call for ``lane_idle_s`` (5 s by default;
+  see below). An env whose instances hold thread-bound resources (an sqlite connection, a
+  browser, a CUDA context, a greenlet, thread-local state) declares ``THREAD_BOUND = True`` on
+  its class: each of its sessions keeps one thread for its whole life, so the env always meets
+  them on the thread that made them, as OpenEnv's users expect. An env class with
+  ``REQUIRES_SINGLE_THREAD_EXECUTOR = True`` (OpenEnv's attribute, e.g. for Playwright) gets
+  one lane shared by all its sessions, whose thread never goes either.
 * CPU-heavy work an environment wants off the GIL goes to the optional process pool through
   `await run_in_process(fn, *args)` (``fn`` and its arguments must be picklable).
 
@@ -19,10 +22,10 @@ session gets a fresh lane on its next call. With one lane per session a written-
 takes nothing with it but its own session's episode, so hung calls never starve anyone else.
 Lanes shared between sessions were considered: a hung call would then strand every other
 session of its lane, or move their envs (and their thread-bound resources) to another thread.
-Threads cost little while they wait (a few KiB of resident stack), a lane is started with its
-session's first sync call and ends with the session, and the threads written off but still
-running are counted and capped (``max_abandoned_threads``; /health and /metrics report them):
-past the cap a call that needs a new lane is refused with CAPACITY_REACHED.
+The threads written off but still running are counted and capped (``max_abandoned_threads``;
+/health and /metrics report them): past the cap a call that needs a new lane (a new session,
+a reset after a TIMEOUT) is refused with CAPACITY_REACHED. A parked lane starting its thread
+again is not refused: it holds nothing a hung call took.
 
 The hand-off is the whole cost of the default path for a fast env. What costs is the thread
 switch itself (futex wake-ups, the GIL handed over and back), not the lane being one thread per
@@ -56,10 +59,14 @@ voluntary + 1.9 involuntary context switches per step at 256 sessions with the q
 other core busy as the load generator keeps it, one waited hand-off costs 10.9 instead of
 15.7 us of CPU (`python -m bench handoff --busy 1`); in the server, 97-99 instead of 107-112 us
 per step at 1,024 sessions and no measurable change at 256 (runs alternated with the previous
-code; bench/RESULTS.md, "Performance notes"). A lane holds its eventfd
-until its thread exits. Lanes use at most a quarter of the file-descriptor limit for eventfds
-(each session's socket needs one too); past that, and where there is no eventfd, a lane is
-woken through a `queue.SimpleQueue` as before.
+code; bench/RESULTS.md, "Performance notes"). A lane holds an eventfd while its thread runs.
+Lanes' eventfds never take a descriptor a session's socket may need: at most a quarter of the
+file-descriptor limit, and no more than the limit less one per session of the capacity and 256
+for the rest; past that, and where there is no eventfd, a lane is woken through a
+`queue.SimpleQueue` as before. (The quarter alone let 5,000 eventfds and 14,993 sockets reach a
+limit of 20,000, and every further handshake failed: at its limit a server cannot accept, and
+asyncio then stops accepting for a second at a time, so handshakes in the backlog time out,
+while uvloop accepts each new connection and closes it at once.)
 
 Which of the two a kind of call gets is decided from how long its recent calls ran on their
 lanes (a moving average per env class and method), measured on the lane thread. Measured at
@@ -74,6 +81,32 @@ above are why it is kept.)
 
 Lane threads are daemons and nothing joins them, so a process told to exit exits even while
 an env call never returns.
+
+What an idle session costs, and why lanes park
+----------------------------------------------
+A session with no call in flight holds no thread: an idle session is its socket, its protocol
+objects and its env, 37 KiB of server RSS for the echo env (34 KiB with ``INLINE_SYNC``, which
+never has a lane thread), against 64 KiB while every session kept a thread waiting for its next
+call (the thread's stack pages and interpreter state, and its eventfd; `python -m bench scale
+--sessions 16384`, 2-core VM). A lane *parks* once it has had no call for ``lane_idle_s`` (to
+twice that): its thread exits and its eventfd is closed, and the session's next call starts a
+new thread, about 100-110 us of CPU for the thread's start and exit, once per idle stretch: a
+session calling more often than every ``lane_idle_s`` never pays it, one calling less often
+pays it once per call. The threads alive are those of sessions that had a call in the last
+``lane_idle_s`` or so. Measured with one client opening 16,384 sessions of the echo env, 256
+handshakes at a time, each reset at once and stepped once after all were idle: every session
+answered, server RSS 656 MiB idle and 889 MiB at its peak (8,501 threads while the sessions
+opened); with a thread per session the same run opened 14,986 (the rest failed: "How a lane is woken")
+holding 14,991 threads and 1,001 MiB.
+
+Parking is decided on the loop, the only thread that queues calls, by one pass every
+``lane_idle_s`` over the lanes that have a thread: a lane parks when the calls queued on it
+(counted on the loop) equal the calls it has run (counted by its thread after each outcome is
+delivered) and neither count moved since the previous pass. A call queued afterwards finds the
+lane parked and starts a thread with an empty queue of its own, so no call is lost or runs out
+of order, and the hot path takes no lock. A lane timing out its own wait was the alternative:
+a read of an eventfd has no timeout, so every hand-off would pay a ``poll`` system call more,
+and a lock would be needed where the lane decides to exit while the loop queues a call.
 
 ``async def`` methods that block
 --------------------------------
@@ -138,16 +171,26 @@ def _eventfd() -> int | None:
         return None
 
 
-def _fd_budget() -> int:
-    """How many lanes may hold an eventfd: a quarter of the file descriptor limit, so that
-    sessions' sockets, which need one each, never run short because of lanes."""
+def _fd_limit() -> int:
+    """This process's soft limit of open files (0 when unknown)."""
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):
         return 0
-    return soft // 4 if soft != resource.RLIM_INFINITY else 1 << 20
+    return soft if soft != resource.RLIM_INFINITY else 1 << 30
+
+
+def _fd_budget() -> int:
+    """How many lanes may hold an eventfd at most: a quarter of the file descriptor limit
+    (`Executors.may_wake_by_fd` also leaves room for every session's socket)."""
+    return _fd_limit() // 4
+
+
+#: Descriptors left to everything but lanes and sessions' sockets (listening socket, logs,
+#: HTTP clients, what envs open themselves).
+_FDS_SPARED = 256
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -275,42 +318,109 @@ class EnvAborted(Exception):
 
 
 class Lane:
-    """One daemon thread running submitted calls in order. Created by `Executors.lane`."""
+    """The calls of one session (or, shared, of every session of one env class), run one after
+    another, in order, on a daemon thread. Created by `Executors.lane`.
 
-    def __init__(self, executors: Executors, name: str, wake_fd: bool = True) -> None:
+    A lane that does not keep its thread (`keeps_thread` False) *parks* once it has been idle
+    for the executors' ``lane_idle_s``: its thread exits and its wake-up is closed; the next
+    call queued on it starts a new thread. Both happen on the loop, the only thread that queues
+    calls, and a lane parks only when every call queued on it has returned, so nothing queued
+    is lost or reordered (see the module docstring)."""
+
+    __slots__ = (
+        "_executors", "_fd", "_queued", "_ran", "_seen", "_stopped", "_wake", "_work", "abandoned", "keeps_thread",
+        "name", "retired", "thread",
+    )
+
+    def __init__(self, executors: Executors, name: str, wake_fd: bool = True, keeps_thread: bool = True) -> None:
         self._executors = executors
-        self._work: collections.deque[_Work | None] = collections.deque()
-        # Each queued call is one count on the lane's wake-up: an eventfd where there is one
-        # (written and read with the GIL released, see the module docstring), else a queue.
-        self._fd = _eventfd() if wake_fd else None
-        if self._fd is None:
-            tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
-            self._wake: Callable[[], Any] = functools.partial(tokens.put, None)
-            self._wait: Callable[[], Any] = tokens.get
-        else:
-            self._wake = functools.partial(os.eventfd_write, self._fd, 1)
-            self._wait = functools.partial(os.eventfd_read, self._fd)
+        self.name = name
+        #: False: the thread parks when idle (`Executors.park_idle`). Set True (from any
+        #: thread: the parking pass reads it) to keep the thread from then on.
+        self.keeps_thread = keeps_thread
+        # The running thread's queue and wake-up; None while parked or stopped.
+        self._work: collections.deque[_Work | None] | None = None
+        self._wake: Callable[[], Any] | None = None
+        self._fd: int | None = None
+        #: The lane's thread: the running one, or the last one once parked or stopped.
+        self.thread: threading.Thread | None = None
         self._stopped = False
         self.abandoned = False
         self.retired = False
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # Calls queued (counted on the loop) and calls run (counted on the thread, after each
+        # call's outcome is delivered): equal when nothing queued is left to run.
+        self._queued = 0
+        self._ran = 0
+        self._seen = (-1, -1)  # both counts at the previous idle check
+        self._start(wake_fd)
+
+    @property
+    def parked(self) -> bool:
+        """No thread now: the next call starts one (a stopped lane takes no more calls)."""
+        return self._work is None and not self._stopped
+
+    def _start(self, wake_fd: bool) -> tuple[collections.deque[_Work | None], Callable[[], Any]]:
+        # On the loop: a new thread with its own queue and wake-up. Each queued call is one
+        # count on the wake-up: an eventfd where there is one (written and read with the GIL
+        # released, see the module docstring), else a queue.
+        work: collections.deque[_Work | None] = collections.deque()
+        fd = _eventfd() if wake_fd else None
+        wait: Callable[[], Any]
+        if fd is None:
+            tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+            wake: Callable[[], Any] = functools.partial(tokens.put, None)
+            wait = tokens.get
+        else:
+            wake = functools.partial(os.eventfd_write, fd, 1)
+            wait = functools.partial(os.eventfd_read, fd)
+            self._executors._fds.add(fd)
+        thread = threading.Thread(target=self._run, args=(work, wait, fd), name=self.name, daemon=True)
         try:
-            self.thread.start()
+            thread.start()
         except BaseException:
-            self._close_fd()
+            if fd is not None:
+                self._executors._fds.discard(fd)
+                os.close(fd)
             raise
+        self._work, self._wake, self._fd, self.thread = work, wake, fd, thread
+        self._seen = (-1, -1)
+        return work, wake
 
     def _put(self, work: _Work | None) -> None:
-        # On the loop. Work queued after `stop` never runs (as before it, behind the end mark),
-        # and must not touch the wake-up, which the exiting thread closes.
-        self._work.append(work)
-        if not self._stopped:
-            self._wake()
+        # On the loop. Work queued after `stop` never runs (as before it, behind the end mark).
+        # A parked lane starts its thread first: raises RuntimeError when the OS has none to
+        # give, and the call is then not queued.
+        queued, wake = self._work, self._wake
+        if queued is None or wake is None:
+            if self._stopped:
+                return
+            queued, wake = self._start(self._executors.may_wake_by_fd())
+            self._executors.unparked(self)
+        queued.append(work)
+        self._queued += 1
+        wake()
 
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+    def _end_thread(self) -> None:
+        # On the loop: the running thread exits after the calls queued so far; its queue and
+        # wake-up are forgotten here (the thread closes the wake-up on its way out).
+        work, wake = self._work, self._wake
+        self._work = self._wake = self._fd = None
+        if work is not None and wake is not None:
+            work.append(None)
+            wake()
+
+    def park_if_idle(self) -> bool:
+        """Park the lane (on the loop) if no call was queued or ran on it since the previous
+        check and none is running now. True when it has no thread any more (parked now, or
+        already parked or stopped)."""
+        if self._work is None:
+            return True
+        counts = (self._queued, self._ran)
+        if counts != self._seen or counts[0] != counts[1]:
+            self._seen = counts
+            return False
+        self._end_thread()
+        return True
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> asyncio.Future[Any]:
         """Queue ``fn(*args, **kwargs)`` behind this lane's earlier calls; a future (of the
@@ -325,7 +435,8 @@ class Lane:
         seconds until it returns. The returned `LaneCall` is either `settled` (its `result` or
         `error` is there) or carries a `future` of the running loop that gets the outcome
         (`wait_s` 0: always the latter, without blocking). Either way `elapsed` is the call's
-        duration on the lane once it has returned."""
+        duration on the lane once it has returned. RuntimeError: a parked lane could not start
+        its thread (the OS's thread limit); nothing was queued."""
         call = LaneCall()
         if wait_s <= 0:
             # Not waited for: the loop claims the outcome before the lane can, so it always
@@ -353,18 +464,20 @@ class Lane:
     def stop(self) -> None:
         """Let the thread exit once every call queued so far has run (later calls never run)."""
         if not self._stopped:
-            self._put(None)
+            self._end_thread()
             self._stopped = True
 
-    def _run(self) -> None:
-        wait, take, finished, clock = self._wait, self._work.popleft, self._executors._finished, time.perf_counter
+    def _run(self, work: collections.deque[_Work | None], wait: Callable[[], Any], fd: int | None) -> None:
+        take, finished, clock = work.popleft, self._executors._finished, time.perf_counter
         while True:
             wait()
-            work = take()
-            if work is None:
-                self._close_fd()
+            item = take()
+            if item is None:
+                if fd is not None:
+                    self._executors._fds.discard(fd)
+                    os.close(fd)
                 return
-            call, fn, args, kwargs = work
+            call, fn, args, kwargs = item
             result: Any = None
             error: BaseException | None = None
             started = clock()
@@ -387,7 +500,8 @@ class Lane:
                 finished(call, result, error)
             elif error is not None:
                 logger.warning("%s raised %r on a lane", getattr(fn, "__qualname__", fn), error)
-            del work, call, fn, args, kwargs, result, error  # hold nothing while waiting
+            self._ran += 1  # only this thread writes it; after the outcome is out
+            del item, call, fn, args, kwargs, result, error  # hold nothing while waiting
 
 
 class LaneCall:
@@ -414,8 +528,15 @@ class Executors:
     Every method but `_finished` runs on the event loop.
     """
 
-    def __init__(self, max_abandoned_threads: int, process_workers: int = 0) -> None:
+    def __init__(
+        self, max_abandoned_threads: int, process_workers: int = 0, lane_idle_s: float | None = None,
+        socket_fds: int = 0,
+    ) -> None:
         self.max_abandoned_threads = max_abandoned_threads
+        #: File descriptors the sessions' sockets may hold (the session capacity).
+        self.socket_fds = socket_fds
+        #: How long a session's lane may sit idle before its thread exits (None: never).
+        self.lane_idle_s = lane_idle_s
         self._process_workers = process_workers
         self._processes: ProcessPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -423,9 +544,16 @@ class Executors:
         self._wake_pending = False
         self._names = itertools.count(1)
         self._lanes: set[Lane] = set()
+        self._threaded: set[Lane] = set()  # lanes of `_lanes` with a thread now
+        self._parking: set[Lane] = set()  # those of them that park when idle
+        self._park_timer: asyncio.TimerHandle | None = None
+        self._park_loop: asyncio.AbstractEventLoop | None = None
         self._abandoned: set[Lane] = set()
         self._retiring: set[Lane] = set()
         self._shared: dict[type, Lane] = {}
+        # Lanes' open eventfds. Added on the loop, discarded by the exiting lane thread: set
+        # operations are atomic under the GIL.
+        self._fds: set[int] = set()
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, remembered as the one finished calls wake (an app served again
@@ -440,20 +568,23 @@ class Executors:
 
     @property
     def live_lanes(self) -> int:
-        """Lane threads serving sessions now."""
-        return len(self._lanes)
+        """Lane threads serving sessions now (a parked lane has none)."""
+        return len(self._threaded)
 
     @property
     def abandoned_threads(self) -> int:
         """Lane threads written off by a deadline whose call has not returned yet."""
-        self._abandoned = {lane for lane in self._abandoned if lane.thread.is_alive()}
+        self._abandoned = {lane for lane in self._abandoned if lane.thread is not None and lane.thread.is_alive()}
         return len(self._abandoned)
 
     def lane(self, env_class: type | None = None) -> Lane:
         """A lane for a new session: its own, or, for an env class with
-        ``REQUIRES_SINGLE_THREAD_EXECUTOR``, the one lane all its sessions share.
+        ``REQUIRES_SINGLE_THREAD_EXECUTOR``, the one lane all its sessions share. A lane of its
+        own parks when idle (`lane_idle_s`) unless the class is ``THREAD_BOUND``; a shared lane
+        never parks.
 
-        Raises `LaneLimit` when ``max_abandoned_threads`` written-off threads are still running.
+        Raises `LaneLimit` when ``max_abandoned_threads`` written-off threads are still running,
+        RuntimeError when the OS starts no more threads.
         """
         shared = env_class is not None and bool(getattr(env_class, "REQUIRES_SINGLE_THREAD_EXECUTOR", False))
         if shared and env_class in self._shared:
@@ -462,12 +593,46 @@ class Executors:
         if abandoned >= self.max_abandoned_threads:
             raise LaneLimit(abandoned, self.max_abandoned_threads)
         self.loop()
-        lane = Lane(self, f"envsdk-env-lane-{next(self._names)}", len(self._lanes) + abandoned < _fd_budget())
+        keeps = shared or self.lane_idle_s is None or bool(getattr(env_class, "THREAD_BOUND", False))
+        lane = Lane(self, f"envsdk-env-lane-{next(self._names)}", self.may_wake_by_fd(), keeps)
         self._lanes.add(lane)
+        self.unparked(lane)
         if shared:
             assert env_class is not None
             self._shared[env_class] = lane
         return lane
+
+    def may_wake_by_fd(self) -> bool:
+        """Whether a lane thread starting now may hold an eventfd: lanes hold at most
+        `_fd_budget` of them, and never one that a session's socket may need (each of
+        `socket_fds` sessions holds one, and `_FDS_SPARED` are left for the rest). A server at
+        the limit cannot accept a connection: asyncio then stops accepting for a second at a
+        time, and handshakes waiting in the backlog time out."""
+        return len(self._fds) < min(_fd_budget(), _fd_limit() - self.socket_fds - _FDS_SPARED)
+
+    def unparked(self, lane: Lane) -> None:
+        """`lane` (a session's) has a thread now: counted, and watched for idleness if it parks."""
+        if lane not in self._lanes:
+            return
+        self._threaded.add(lane)
+        if lane.keeps_thread or self.lane_idle_s is None:
+            return
+        self._parking.add(lane)
+        loop = self._loop
+        if loop is not None and (self._park_timer is None or self._park_loop is not loop):
+            self._park_loop = loop
+            self._park_timer = loop.call_later(self.lane_idle_s, self.park_idle)
+
+    def park_idle(self) -> None:
+        """Park every lane idle since the previous pass (`Lane.park_if_idle`); runs every
+        ``lane_idle_s`` while some lane may park, so an idle lane's thread exits after
+        ``lane_idle_s`` to twice that."""
+        self._park_timer = None
+        done = [lane for lane in self._parking if lane.keeps_thread or lane.park_if_idle()]
+        self._parking.difference_update(done)
+        self._threaded.difference_update(lane for lane in done if lane.parked)
+        if self._parking and self._park_loop is not None and not self._park_loop.is_closed():
+            self._park_timer = self._park_loop.call_later(self.lane_idle_s or 0.0, self.park_idle)
 
     def is_shared(self, lane: Lane) -> bool:
         return lane in self._shared.values()
@@ -478,10 +643,11 @@ class Executors:
         if self.is_shared(lane) or lane.retired:
             return
         lane.retired = True
-        self._lanes.discard(lane)
+        self._forget(lane)
         if len(self._retiring) > 64 + len(self._lanes):  # forget the threads that exited
-            self._retiring = {old for old in self._retiring if old.thread.is_alive()}
-        self._retiring.add(lane)
+            self._retiring = {old for old in self._retiring if old.thread is not None and old.thread.is_alive()}
+        if not lane.parked:
+            self._retiring.add(lane)
         lane.stop()
 
     def abandon(self, lane: Lane) -> None:
@@ -491,19 +657,24 @@ class Executors:
             return
         lane.abandoned = True
         lane.retired = True
-        self._lanes.discard(lane)
+        self._forget(lane)
         for cls, shared in list(self._shared.items()):
             if shared is lane:
                 del self._shared[cls]
         self._abandoned.add(lane)
         lane.stop()
 
+    def _forget(self, lane: Lane) -> None:
+        self._lanes.discard(lane)
+        self._threaded.discard(lane)
+        self._parking.discard(lane)
+
     async def wait_threads(self, timeout_s: float) -> None:
         """Wait (polling, up to `timeout_s`) until every retired or written-off lane thread has
         run what was queued on it (an env's close, after the call it was running) and exited."""
         give_up_at = self.loop().time() + timeout_s
         while True:
-            self._retiring = {lane for lane in self._retiring if lane.thread.is_alive()}
+            self._retiring = {lane for lane in self._retiring if lane.thread is not None and lane.thread.is_alive()}
             if not self._retiring and not self.abandoned_threads:
                 return
             if self.loop().time() >= give_up_at:
@@ -560,6 +731,11 @@ class Executors:
             lane.retired = True
             lane.stop()
         self._lanes.clear()
+        self._threaded.clear()
+        self._parking.clear()
+        if self._park_timer is not None:
+            self._park_timer.cancel()
+            self._park_timer = None
         self._shared.clear()
         if self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)

@@ -208,13 +208,18 @@ class _BuildTicket:
     """A factory call on a lane. If its deadline passes, whichever side comes second (the
     factory returning, or the loop writing the lane off) closes the env it built."""
 
-    def __init__(self) -> None:
+    def __init__(self, lane: Lane | None = None) -> None:
         self.lock = threading.Lock()
         self.env: Any = None
         self.timed_out = False
+        self.lane = lane
 
     def build(self, factory: Callable[[], Any]) -> Any:
         env = factory()
+        if self.lane is not None and getattr(type(env), "THREAD_BOUND", False):
+            # Set on the lane's thread before the call counts as returned, so the lane cannot
+            # park in between (a factory function does not say what it builds).
+            self.lane.keeps_thread = True
         with self.lock:
             if not self.timed_out:
                 self.env = env
@@ -242,6 +247,10 @@ def _close_sync(env: Any) -> None:
         logger.warning("closing %s raised %r", type(env).__name__, exc)
 
 
+#: Env closes run at once at most (`SessionTable.close_slots`).
+_CONCURRENT_CLOSES = 64
+
+
 class SessionTable:
     """Every live session of one app, capped at ``config.max_concurrent_envs``.
 
@@ -267,6 +276,7 @@ class SessionTable:
         self.step_extension: StepExtension | None = None
         self.before_env_close: list[Callable[[Any], Awaitable[None]]] = []
         self.stalls = LoopStalls(config.loop_stall_s)
+        self._close_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
     def active(self) -> int:
@@ -388,6 +398,17 @@ class SessionTable:
             errors=[extra_key_error(key, data[key], ("data",)) for key in shown],
             **({"errors_omitted": len(unknown) - len(shown)} if len(unknown) > len(shown) else {}),
         )
+
+    def close_slots(self) -> asyncio.Semaphore:
+        """What a session's env close takes first: `_CONCURRENT_CLOSES` at a time (of this
+        loop). Thousands of sessions ending at once (a server shutting down, a batch of
+        episodes done) would otherwise start as many lane threads at once, for envs whose
+        lanes parked, every one of them then waiting for the GIL while its close's deadline
+        runs."""
+        loop = asyncio.get_running_loop()
+        if self._close_slots is None or self._close_slots[0] is not loop:
+            self._close_slots = (loop, asyncio.Semaphore(_CONCURRENT_CLOSES))
+        return self._close_slots[1]
 
     def spawn(self, coro: Any) -> None:
         """Run `coro` in the background; shutdown waits for it (bounded)."""
@@ -837,7 +858,10 @@ class Session:
             wait_s = table.config.lane_wait_s
             if plan.typical_s * 10 >= wait_s or table.executors.is_shared(lane):
                 wait_s = 0.0
-            call = lane.call(fn, args, kwargs, wait_s)
+            try:
+                call = lane.call(fn, args, kwargs, wait_s)
+            except RuntimeError as exc:  # a parked lane's new thread: "can't start new thread"
+                raise _no_thread(table, exc) from None
             if call.settled:
                 table.metrics.lane_calls_waited += 1
                 plan.observe(call.elapsed or 0.0)
@@ -891,7 +915,7 @@ class Session:
 
     def _start_lane(self) -> Lane:
         table = self.table
-        env_class = type(self.env) if self.env is not None else table.spec.factory
+        env_class = type(self.env) if self.env is not None else _env_class(table.spec.factory)
         try:
             lane = table.executors.lane(env_class if isinstance(env_class, type) else None)
         except LaneLimit as exc:
@@ -903,12 +927,7 @@ class Session:
                 retry_after_s=table.config.capacity_retry_after_s,
             ) from None
         except RuntimeError as exc:  # "can't start new thread": the OS's thread limit
-            logger.warning("cannot start a lane thread: %s", exc)
-            raise FrameError(
-                ErrorCode.CAPACITY_REACHED,
-                f"Server at capacity: cannot start a thread for this session ({exc}). Retry later.",
-                retry_after_s=table.config.capacity_retry_after_s,
-            ) from None
+            raise _no_thread(table, exc) from None
         self._lane = lane
         return lane
 
@@ -978,14 +997,14 @@ class Session:
         that will run it), under the factory deadline. FACTORY_ERROR when it raises."""
         table = self.table
         factory = table.spec.factory
-        ticket = _BuildTicket()
+        plan = table.plan("factory", factory, factory)
+        ticket = _BuildTicket(None if plan.is_async or plan.inline else self._lane or self._start_lane())
 
         def close_orphan(lane: Lane) -> None:
             orphan = ticket.give_up()
             if orphan is not None:  # the factory returned just as its deadline passed
                 lane.post(_close_sync, orphan)
 
-        plan = table.plan("factory", factory, factory)
         try:
             if plan.is_async or plan.inline:
                 env = await self.call_env("factory", factory, env=None)
@@ -1020,7 +1039,8 @@ class Session:
             env, self.env = self.env, None
             own, self._own_loop = self._own_loop, None
             if env is not None or own is not None:
-                await self._close_env(env, own)
+                async with self.table.close_slots():
+                    await self._close_env(env, own)
             if self._lane is not None:
                 self.table.executors.retire(self._lane)
                 self._lane = None
@@ -1214,6 +1234,16 @@ def _env_class(factory: Any) -> Any:
     except Exception:  # annotations that do not resolve: the factory's own attributes then
         return factory
     return built if isinstance(built, type) else factory
+
+
+def _no_thread(table: SessionTable, exc: RuntimeError) -> FrameError:
+    """CAPACITY_REACHED for a call whose lane could not start a thread (the OS's thread limit)."""
+    logger.warning("cannot start a lane thread: %s", exc)
+    return FrameError(
+        ErrorCode.CAPACITY_REACHED,
+        f"Server at capacity: cannot start a thread for this session ({exc}). Retry later.",
+        retry_after_s=table.config.capacity_retry_after_s,
+    )
 
 
 def _copy_outcome(task: asyncio.Task[Any], outer: asyncio.Future[Any]) -> None:

@@ -8,7 +8,8 @@ redesigned it: every test runs a real uvicorn server and talks to it over a real
 5. the replay record is bounded in bytes;
 6. a request id reused with a different request is refused (ID_REUSED);
 7. ``state`` runs off the event loop under a deadline; SystemExit from an env is an error frame;
-8. each session's calls run on one thread (one thread for all, for single-thread envs).
+8. each session's calls run on one thread while it is busy (one thread for all, for single-thread envs;
+   tests/server/test_idle_lanes.py: idle lanes let their thread go, THREAD_BOUND envs keep it).
 """
 
 from __future__ import annotations
