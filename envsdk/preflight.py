@@ -19,7 +19,7 @@ from typing import Any
 from envsdk.client.pool import health_url, is_pool_spec, pools, url_source
 from envsdk.errors import EnvSDKError, mask_secrets
 
-__all__ = ["PreflightError", "check_env_servers", "check_inference", "served_env_name"]
+__all__ = ["PreflightError", "check_env_servers", "check_inference", "first_answering", "served_env_name"]
 
 _TIMEOUT_S = 5.0
 
@@ -106,28 +106,78 @@ def _reason(exc: OSError) -> object:
     return getattr(exc, "reason", exc)
 
 
+def first_answering(base_url: str | Sequence[str]) -> str:
+    """The server to ask what a list of base URLs serves (its tools, its chat form): the first
+    whose ``/health`` answers (one given alone is that one), else the first listed."""
+    urls = [base_url] if isinstance(base_url, str) else list(base_url)
+    if len(urls) > 1:
+        for url in urls:
+            if url.startswith(("http://", "https://", "ws://", "wss://")) and not isinstance(_health(_http_base(url)), OSError):
+                return url
+    return urls[0] if urls else ""
+
+
+def _pool_members(
+    listed: Sequence[str], what: str, left: str, warn: Callable[[str], None] | None
+) -> list[tuple[str, tuple[int, Any] | OSError]]:
+    """Each server of a pool with its ``/health`` reply (or why none came), asked all at once;
+    `PreflightError` when none answers (`what` names the pool, `left` adds a hint), a line to
+    `warn` when some do not."""
+    listed = list(dict.fromkeys(listed))
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(listed)))) as threads:  # a few s at most, not N × 5 s
+        members = list(zip(listed, threads.map(lambda u: _health(_http_base(u)), listed)))
+    gone = [(url, reply) for url, reply in members if isinstance(reply, OSError)]
+    if gone:
+        first = mask_secrets(f"{gone[0][0]}: {_reason(gone[0][1])}") + (
+            f", and {len(gone) - 1} more" if len(gone) > 1 else ""
+        )
+        if len(gone) == len(members):
+            raise PreflightError(
+                f"none of the {len(members)} environment servers {what} answers ({first}){left}: "
+                "start them or fix --base-url"
+            )
+        if warn is not None:
+            warn(f"{len(gone)} of the {len(members)} environment servers {what} "
+                 f"{'does' if len(gone) == 1 else 'do'} not answer ({first}): playing on the "
+                 f"{len(members) - len(gone)} that answer")
+    return members
+
+
+#: At most this many servers of a list are named in a message about them.
+_NAMED = 3
+
+
+def _listed(urls: Sequence[str]) -> str:
+    """How to name a list of base URLs in a message: ``listed (A, B, C)``, the first few."""
+    shown = ", ".join(mask_secrets(u) for u in urls[:_NAMED]) + (", …" if len(urls) > _NAMED else "")
+    return f"listed ({shown})"
+
+
 def check_env_servers(
-    urls: Sequence[str],
+    urls: Sequence[str | Sequence[str]],
     concurrency: int,
-    env_names: Mapping[str, str] | None = None,
+    env_names: Mapping[str | tuple[str, ...], str] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> None:
     """Every ``http(s)://``/``ws(s)://`` URL in `urls` answers ``/health``, accepts
     ``$ENVSDK_TOKEN`` (if it asks for one), serves the env `env_names` names for it (if any;
-    see `same_env`), and together they have `concurrency` free sessions (servers that do not
-    report capacity, such as plain OpenEnv ones, are not counted).
+    see `same_env`; a list is named by its tuple), and together they have `concurrency` free
+    sessions (servers that do not report capacity, such as plain OpenEnv ones, are not counted).
 
-    A pool name or a file of base URLs (``--replicas-file``) is read, and its servers checked
-    the same way, but as the pool plays them: one that does not answer is left out (the pool
-    skips it and tries it again later), said to `warn` in one line; none answering is refused
-    (a replicas file left by a supervisor that was killed lists servers that are all gone).
-    Entries of other kinds are left to the pool."""
+    A list of base URLs (``--base-url A B C``), a pool name or a file of base URLs
+    (``--replicas-file``) is a pool: its servers are checked the same way, but as the pool plays
+    them: one that does not answer is left out (the pool skips it and tries it again later),
+    said to `warn` in one line; none answering is refused (a replicas file left by a supervisor
+    that was killed lists servers that are all gone). Entries of other kinds are left to the
+    pool."""
     token = os.environ.get("ENVSDK_TOKEN")
     free_total, counted = 0, []
     checked: set[str] = set()
     for entry in urls:
-        asked = (env_names or {}).get(entry)
-        if entry.startswith(("http://", "https://", "ws://", "wss://")):
+        asked = (env_names or {}).get(entry if isinstance(entry, str) else tuple(entry))
+        if not isinstance(entry, str):
+            members = _pool_members(entry, _listed(list(entry)), "", warn)
+        elif entry.startswith(("http://", "https://", "ws://", "wss://")):
             members = [(entry, _health(_http_base(entry)))]
             failed = members[0][1]
             if isinstance(failed, OSError):
@@ -138,24 +188,9 @@ def check_env_servers(
                 )
         elif is_pool_spec(entry):
             what, listed = _pool_servers(entry)
-            with ThreadPoolExecutor(max_workers=min(16, len(listed))) as threads:  # a few s at most, not N × 5 s
-                members = list(zip(listed, threads.map(lambda u: _health(_http_base(u)), listed)))
-            gone = [(url, reply) for url, reply in members if isinstance(reply, OSError)]
-            if gone:
-                first = mask_secrets(f"{gone[0][0]}: {_reason(gone[0][1])}") + (
-                    f", and {len(gone) - 1} more" if len(gone) > 1 else ""
-                )
-                if len(gone) == len(members):
-                    left = ("; a replicas file may be left from a supervisor that was stopped (`envsdk serve … "
-                            f"--replicas N --replicas-file {entry}` writes it again)" if entry not in pools else "")
-                    raise PreflightError(
-                        f"none of the {len(members)} environment servers {what} answers ({first}){left}: "
-                        "start them or fix --base-url"
-                    )
-                if warn is not None:
-                    warn(f"{len(gone)} of the {len(members)} environment servers {what} "
-                         f"{'does' if len(gone) == 1 else 'do'} not answer ({first}): playing on the "
-                         f"{len(members) - len(gone)} that answer")
+            left = ("; a replicas file may be left from a supervisor that was stopped (`envsdk serve … "
+                    f"--replicas N --replicas-file {entry}` writes it again)" if entry not in pools else "")
+            members = _pool_members(listed, what, left, warn)
         else:
             continue
         for url, reply in members:

@@ -18,6 +18,12 @@ Every field has one shape, and nothing is written twice:
                        episode ended there: ``status`` is ``length`` unless the environment
                        ended it on that reply (``done``)
 ``error_kind``         the exception class name when ``status`` is ``error``, else null
+``server``             the base URL of the environment server that played the episode (secrets
+                       masked), or null for an environment played in-process; when the episode
+                       was played again after its server failed it (`envsdk.rollout.run_batches`),
+                       the server of the attempt recorded, and ``infos["lost_attempts"]`` lists
+                       the attempts before it (``server``, ``error_kind``, ``reason``). Records
+                       written before this field existed have none: read it as null
 ``success``            true/false where the environment states it (a boolean ``success`` in
                        its step info) or the scheduler does (Sudoku: solved); null where
                        nobody does: a positive reward is not taken for success
@@ -78,7 +84,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from itertools import chain
 from operator import attrgetter, methodcaller
 from pathlib import Path
@@ -87,6 +93,7 @@ from typing import IO, Any, Literal
 from pydantic_core import PydanticSerializationError, to_json
 
 from envsdk.env import RolloutRequest
+from envsdk.errors import mask_secrets
 from envsdk.rewards.parts import REWARD_PARTS, TIMINGS, all_finite_floats
 from envsdk.tokens import TOKENS
 
@@ -183,6 +190,25 @@ class Trajectory:
     @property
     def step_rewards(self) -> list[float]:
         return list(map(_REWARD, self.steps))
+
+    @property
+    def server(self) -> str | None:
+        """The base URL of the server the episode played on (its scheduler handle's
+        ``base_url``, secrets masked), or None for an episode played in-process or not begun."""
+        base_url = getattr(self.runtime, "base_url", None)
+        return mask_secrets(base_url) if isinstance(base_url, str) else None
+
+    def start_over(self) -> None:
+        """Forget everything the episode did (messages, steps, rewards, how it ended, its
+        handle), keeping its request: it is played again from its reset, as if for the first
+        time (after its server failed it). The first attempt's record is never written."""
+        for spec in fields(self):
+            if spec.name == "request":
+                continue
+            if spec.default_factory is not MISSING:
+                setattr(self, spec.name, spec.default_factory())
+            else:
+                setattr(self, spec.name, spec.default)
 
     def finish(self, status: Status, reason: str | None = None) -> None:
         """Set how the episode ended; the first call wins (a later close error cannot rewrite it)."""
@@ -394,6 +420,7 @@ def trajectory_record(trajectory: Trajectory, form: RecordForm = "lean") -> dict
         "reason": trajectory.reason,
         "truncated": trajectory.truncated,
         "error_kind": trajectory.error_kind,
+        "server": trajectory.server,
         "success": trajectory.success,
         "turns": trajectory.turns,
         "total_reward": trajectory.total_reward,

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import difflib
+import functools
 import gc
 import inspect
 import json
@@ -29,7 +30,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from envsdk._process import flush_out, print_out
 from envsdk.env import RolloutRequest
@@ -50,6 +51,9 @@ from envsdk.schedulers import (
 )
 from envsdk.schedulers.base import CUT_REPLIES_INFO, CUT_RULE_TEXT, CUT_RULES, DEFAULT_CUT_RULE, CutRule
 from envsdk.schedulers.sudoku import DEFAULT_HINTS, HINT_LEVELS, check_hints
+
+if TYPE_CHECKING:
+    from envsdk.client.pool import EnvPool
 
 __all__ = [
     "RolloutSummary",
@@ -129,6 +133,12 @@ class RolloutSummary:
     cut_penalties: tuple[float, ...] = ()
     #: What each component's episode value is (`envsdk.records.basis_labels`: ``summed over 3 steps``).
     component_bases: dict[str, str] = field(default_factory=dict)
+    #: Episodes recorded per server (base URL, secrets masked), and of those the errors.
+    servers: dict[str, int] = field(default_factory=dict)
+    server_errors: dict[str, int] = field(default_factory=dict)
+    #: Episodes played again on another server after their own failed them: how many attempts
+    #: each server lost so (base URL, secrets masked).
+    replayed: dict[str, int] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
@@ -151,6 +161,7 @@ class RolloutSummary:
             f"{'steps':<16}{self.steps} in {self.elapsed_s:.2f} s ({self.steps_per_s:.1f} steps/s)",
             f"{'errors':<16}{errors}",
             f"{'cut replies':<16}{self._cut_text()}",
+            *([f"{'servers':<16}{self._servers_text()}"] if len(self.servers) > 1 or self.replayed else []),
             "",
             f"{'':<16}{'mean':>10}{'p50':>10}{'p90':>10}{'n':>6}",
         ]
@@ -174,6 +185,18 @@ class RolloutSummary:
             said += ": " + " or ".join(map(number_text, self.cut_penalties))
         return f"{self.cut} of {self.episodes}" + (f" ({said})" if rule else "")
 
+    def _servers_text(self) -> str:
+        """Episodes per server, their errors, and the episodes played again elsewhere."""
+        parts = []
+        for url, count in self.servers.items():
+            errors = self.server_errors.get(url, 0)
+            parts.append(f"{url} {count}" + (f" ({errors} error{'s' if errors != 1 else ''})" if errors else ""))
+        if self.replayed:
+            lost = ", ".join(f"{url} {count}" for url, count in self.replayed.items())
+            count = sum(self.replayed.values())
+            parts.append(f"{count} episode{'s' if count != 1 else ''} played again after their server failed them ({lost})")
+        return ", ".join(parts)
+
     def _success_text(self) -> str:
         return success_text(self.successes, self.episodes if self.judged is None else self.judged, self.episodes)
 
@@ -195,6 +218,9 @@ class EpisodeFacts(NamedTuple):
     bases: dict[str, tuple[frozenset[str], int]] | None = None
     #: The format penalty a cut reply got under the ``penalty`` rule, else None.
     cut_penalty: float | None = None
+    #: The server that played it (`Trajectory.server`), and those of the attempts lost before.
+    server: str | None = None
+    lost_on: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, trajectory: Trajectory) -> EpisodeFacts:
@@ -206,6 +232,9 @@ class EpisodeFacts(NamedTuple):
         return cls(
             t.status, t.reason, t.error_kind, t.success, t.total_reward, components, t.turns, len(t.steps),
             t.truncated, bases, finite_number(infos.get(FORMAT_PENALTY_INFO)) if penalised else None,
+            t.server, tuple(
+                str(a.get("server")) for a in infos.get(LOST_ATTEMPTS_INFO) or () if isinstance(a, dict)
+            ),
         )
 
 
@@ -238,6 +267,9 @@ def summarize(
         cut=sum(1 for f in facts if f.truncated),
         cut_rule=cut_rule,
         cut_penalties=tuple(sorted({f.cut_penalty for f in facts if f.cut_penalty is not None})),
+        servers=dict(Counter(f.server for f in facts if f.server is not None)),
+        server_errors=dict(Counter(f.server for f in facts if f.server is not None and f.status == "error")),
+        replayed=dict(Counter(url for f in facts for url in f.lost_on)),
         component_bases=basis_labels(
             {name: [f.bases[name] for f in facts if f.bases is not None and name in f.bases] for name in components}
         ),
@@ -265,9 +297,16 @@ class RolloutReport:
 CONNECTION_ERRORS = frozenset({
     "ConnectError", "SessionLostError", "ServerShutdownError", "ConnectionError", "ConnectionRefusedError",
     "ConnectionResetError", "ConnectionClosed", "ConnectionClosedError", "ConnectionClosedOK",
+    "NoServerAvailableError",
 })
-#: Episodes in a row ending in a `CONNECTION_ERRORS` error after which a run stops.
+#: Episodes in a row ending in a `CONNECTION_ERRORS` error on one server after which a batch
+#: played on that server alone stops (one of a pool: once every server of the pool did so).
 STOP_AFTER_CONNECTION_ERRORS = 5
+#: Times an episode that its server failed is played again on another server of its pool.
+REPLAYS_AFTER_SERVER_FAILURE = 1
+#: The ``rollout_infos`` key (and record ``infos`` key) listing the attempts of an episode that
+#: were lost with their server before the one recorded.
+LOST_ATTEMPTS_INFO = "lost_attempts"
 
 
 # ---------------------------------------------------------------- runner
@@ -491,7 +530,9 @@ def _make_scheduler(
         from envsdk.registry import Registry
         from envsdk.schedulers.tools import ToolScheduler, serves_tools
 
-        first = base_url if isinstance(base_url, str) else base_url[0] if base_url else ""
+        from envsdk.preflight import first_answering
+
+        first = first_answering(base_url)  # not a member that is down: it says nothing
         is_url = first.startswith(("http", "ws"))
         if is_url and not shown and serves_chat(first):
             # A local Env served by `envsdk serve`: its action is the conversation, which
@@ -670,9 +711,20 @@ async def run_batches(
     (`MultiTurnScheduler.keep_observations`). The report's summary and facts are the same
     either way.
 
-    When `stop_after_connection_errors` episodes in a row lose their server (`CONNECTION_ERRORS`:
-    it died, or cannot be reached), the episodes left are not started: the report then holds the
-    finished trajectories and says why in ``stopped``.
+    Failures are counted per server. An episode of a pool (several servers) that its server
+    failed (its connection lost, or a deadline missed on a server the pool has ejected since:
+    `envsdk.client.pool.EnvPool`) is played again from its reset on another server of the pool,
+    up to `REPLAYS_AFTER_SERVER_FAILURE` times, when the pool still has one that answers; only
+    the last attempt is recorded (``infos["lost_attempts"]`` lists those before it), so no
+    episode is recorded twice, and one still failed is recorded once as an error, which
+    ``--resume`` plays again. Episodes run through a `scheduler` given as an object are not
+    played again (its methods are the caller's).
+
+    A batch stops when no server can play it: for one server, when `stop_after_connection_errors`
+    of its episodes in a row lost it (`CONNECTION_ERRORS`: it died, or cannot be reached); for a
+    pool, when an episode lost its server and every server of the pool is down, or each lost that
+    many episodes in a row. The episodes it had left are not started (other batches play on): the
+    report then holds the finished trajectories and says why in ``stopped``.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -691,12 +743,11 @@ async def run_batches(
             bar = stack.enter_context(tqdm(total=total, desc=f"rollout {names}", unit="ep", file=sys.stderr))
 
         tasks: list[asyncio.Future[list[Trajectory]]] = []
-        streak = 0  # episodes in a row that lost their server
+        streaks: Counter[str | None] = Counter()  # per server: its episodes in a row that lost it
         stopped: list[str] = []
         unwritten: list[str] = []
 
-        def on_done(traj: Trajectory) -> None:
-            nonlocal streak
+        def on_done(traj: Trajectory, sched: MultiTurnScheduler, index: int) -> None:
             if writer is not None:
                 # An episode whose record is not in the file is not counted: `--resume` plays it again.
                 if unwritten:
@@ -716,21 +767,13 @@ async def run_batches(
                 _release(traj)
             if bar is not None:
                 bar.update(1)
-            if traj.status == "error" and traj.error_kind in CONNECTION_ERRORS:
-                streak += 1
-            else:
-                streak = 0
-            if stop_after_connection_errors and streak >= stop_after_connection_errors and not stopped:
-                stopped.append(
-                    f"{streak} episodes in a row lost the connection to their server "
-                    f"({_kind_and_reason(traj.error_kind, traj.reason)})"
-                )
-                for task in tasks:
-                    task.cancel()
+            why = _no_server_can_play(traj, sched, streaks, stop_after_connection_errors)
+            if why is not None and tasks[index].cancel():
+                stopped.append(why)
 
         runs = []
         cut_rules: dict[str, None] = {}  # the rules of the batches' schedulers, in order
-        for batch in batches:
+        for index, batch in enumerate(batches):
             # Starting a server and asking one what it serves block for seconds: in worker
             # threads, so that the caller's event loop (a trainer's) keeps running meanwhile.
             url = await _enter_off_loop(stack, _embedded_server(batch.env, batch.base_url, concurrency, batch.harbor_tasks))
@@ -760,7 +803,12 @@ async def run_batches(
                     # Its lean records hold no per-step observation, and nobody sees a trajectory
                     # after its record: no step need keep its observation while the episode plays.
                     sched.keep_observations = False
-            runs.append(sched.run(batch.requests, batch.policy, max_concurrency=concurrency, on_done=on_done))
+            if sched is not scheduler:
+                _replay_lost_episodes(sched)
+            runs.append(sched.run(
+                batch.requests, batch.policy, max_concurrency=concurrency,
+                on_done=functools.partial(on_done, sched=sched, index=index),
+            ))
         cut_rule = "/".join(cut_rules) or None
         started = time.perf_counter()
         tasks.extend(asyncio.ensure_future(run) for run in runs)
@@ -779,6 +827,82 @@ async def run_batches(
     # Every trajectory passes `on_done`, unless a scheduler's own `run` skipped it.
     ended = list(done_facts) if len(done_facts) == len(trajectories) else [EpisodeFacts.of(t) for t in trajectories]
     return RolloutReport(trajectories, summarize(ended, elapsed, cut_rule), written=written, facts=ended)
+
+
+def _pool_of(trajectory: Trajectory, scheduler: MultiTurnScheduler) -> EnvPool | None:
+    """The pool the trajectory's episode is placed by, when its base URL (its row's, else its
+    scheduler's) names several servers; None for one server or an env played here."""
+    from envsdk.client.pool import is_pool_spec, shared_pool
+
+    spec = trajectory.env_config.get("base_url") or getattr(scheduler, "base_url", None)
+    if spec is None or not is_pool_spec(spec):
+        return None
+    try:
+        return shared_pool(spec)
+    except (ValueError, EnvNotFoundError):  # the scheduler found it so too: its episode says why
+        return None
+
+
+def _played_on(trajectory: Trajectory) -> str | None:
+    """The base URL the episode was placed on, as its pool knows it (secrets not masked)."""
+    base_url = getattr(trajectory.runtime, "base_url", None)
+    return base_url if isinstance(base_url, str) else None
+
+
+def _failed_by_server(trajectory: Trajectory, pool: EnvPool) -> bool:
+    """Whether the episode ended because of its server rather than of what it played: its
+    connection was lost, or it missed a deadline on a server its pool has ejected since."""
+    server = _played_on(trajectory)
+    if trajectory.status != "error" or server is None:
+        return False
+    return trajectory.error_kind in CONNECTION_ERRORS or (
+        trajectory.error_kind == "EnvTimeoutError" and pool.is_ejected(server)
+    )
+
+
+def _replay_lost_episodes(scheduler: MultiTurnScheduler) -> None:
+    """Make `scheduler` (one made for this run) play an episode again from its reset, on
+    another server of its pool, when its server failed it (`run_batches`)."""
+    play = scheduler.run_trajectory
+
+    async def run_trajectory(trajectory: Trajectory, policy: Policy) -> Trajectory:
+        lost: list[dict[str, Any]] = []
+        while True:
+            await play(trajectory, policy)
+            if trajectory.status != "error" or len(lost) >= REPLAYS_AFTER_SERVER_FAILURE:
+                break
+            pool = _pool_of(trajectory, scheduler)
+            if pool is None or not _failed_by_server(trajectory, pool) or not pool.can_play() or len(pool.base_urls()) < 2:
+                break
+            lost.append({"server": trajectory.server, "error_kind": trajectory.error_kind, "reason": trajectory.reason})
+            trajectory.start_over()
+        if lost:
+            trajectory.rollout_infos[LOST_ATTEMPTS_INFO] = lost
+        return trajectory
+
+    scheduler.run_trajectory = run_trajectory  # type: ignore[method-assign]
+
+
+def _no_server_can_play(
+    trajectory: Trajectory, scheduler: MultiTurnScheduler, streaks: Counter[str | None], limit: int | None
+) -> str | None:
+    """Count the finished episode against its server (`streaks`: per server, its episodes in a
+    row that lost it) and say why its batch stops, if no server can play it any more."""
+    server = _played_on(trajectory)
+    lost = trajectory.status == "error" and trajectory.error_kind in CONNECTION_ERRORS
+    streaks[server] = streaks[server] + 1 if lost else 0
+    if not lost or not limit:
+        return None
+    pool = _pool_of(trajectory, scheduler)
+    reason = _kind_and_reason(trajectory.error_kind, trajectory.reason)
+    if pool is None:
+        if streaks[server] < limit:
+            return None
+        return f"{streaks[server]} episodes in a row lost the connection to their server ({reason})"
+    urls = pool.base_urls()
+    if pool.can_play() and not all(streaks[url] >= limit for url in urls):
+        return None
+    return f"no server of its pool could play any more: all {len(urls)} are down or lost their episodes ({reason})"
 
 
 def _release(trajectory: Trajectory) -> None:
@@ -1206,7 +1330,9 @@ def _check_tool_server(env: str, base_url: Any, option: str) -> None:
     run, which refuses it there."""
     from envsdk.schedulers.tools import serves_tools
 
-    first = base_url if isinstance(base_url, str) else base_url[0] if base_url else None
+    from envsdk.preflight import first_answering
+
+    first = first_answering(base_url) if base_url else None
     if first is None and env in HARBOR_NAMES:
         return  # the Harbor server started for the run serves its tools over MCP
     if first is None or (first.startswith(URL_SCHEMES) and not serves_tools(first)):
@@ -1513,23 +1639,27 @@ def _sample_of(args: argparse.Namespace, batches: Sequence[Batch]) -> str | None
 def _preflight(args: argparse.Namespace, batches: Sequence[Batch]) -> None:
     from envsdk.preflight import check_env_servers, check_inference
 
-    urls: list[str] = []
+    # A list of base URLs is one pool, checked as the pool plays it: a member that does not
+    # answer is warned about and skipped, the run is refused only when none answers.
+    def entry(spec: Any) -> str | tuple[str, ...] | None:
+        if isinstance(spec, list) and spec and all(isinstance(url, str) for url in spec):
+            return spec[0] if len(spec) == 1 else tuple(spec)
+        return spec if isinstance(spec, str) else None
+
+    entries: dict[str | tuple[str, ...], None] = {}
+    names: dict[str | tuple[str, ...], str] = {}
     for batch in batches:
         for request in batch.requests:
-            spec = request.env_config.get("base_url")
-            for url in [spec] if isinstance(spec, str) else spec if isinstance(spec, list) else []:
-                if url not in urls:
-                    urls.append(url)
-    names: dict[str, str] = {}
-    if args.scheduler is None:
-        # Only the runner's own choice of scheduler: a plugin's may play servers under other names.
-        for batch in batches:
-            for request in batch.requests:
-                spec = request.env_config.get("base_url")
-                if isinstance(spec, str) and batch.env not in ("remote", *_SERVED_HERE):
-                    names.setdefault(spec, batch.env)
+            key = entry(request.env_config.get("base_url"))
+            if key is None:
+                continue
+            entries.setdefault(key)
+            # Only the runner's own choice of scheduler: a plugin's may play servers under other names.
+            if args.scheduler is None and batch.env not in ("remote", *_SERVED_HERE):
+                names.setdefault(key, batch.env)
     check_env_servers(
-        urls, args.concurrency, names, warn=lambda line: print(f"envsdk rollout: warning: {line}", file=sys.stderr)
+        [list(e) if isinstance(e, tuple) else e for e in entries], args.concurrency, names,
+        warn=lambda line: print(f"envsdk rollout: warning: {line}", file=sys.stderr),
     )
     if args.policy == "openai":
         check_inference(args.api_base or os.environ.get("OPENAI_BASE_URL") or "", args.model, args.api_key)

@@ -6,9 +6,23 @@ a dropped socket goes back to the same server, never to another one).
 
 Load is what the pool knows best: the sessions it opened itself on each server, corrected by
 each server's ``GET /health`` (``active_sessions`` / ``max_sessions``, which counts other
-clients' sessions too), polled at most once per ``health_interval_s`` per server. A server at
-capacity (`CapacityError` at connect) or down (`ConnectError`, a failed health poll) is
+clients' sessions too), polled at most once per ``health_interval_s`` per server. Polls run in
+the background, each server's on its own: a placement chooses from what the pool last heard
+and never waits on a slow or hung ``/health`` (it waits ``health_wait_s`` at most, and only
+for the first answer of a server it has not heard from yet). A server at capacity
+(`CapacityError` at connect) or down (`ConnectError`, a lost session, a failed health poll) is
 skipped and tried again after a per-server backoff.
+
+The pool also learns from how its episodes end, as an outlier-ejecting load balancer does: a
+server whose episodes fail ``eject_after_failures`` times in a row (a reset or step past its
+deadline, a session lost with its connection) is taken out of rotation for
+``ejection_base_s`` (doubled each time it is ejected again, up to ``ejection_max_s``), even
+while its ``/health`` answers: a wedged server's episodes end fastest, so by load alone it
+would get the most. When that time is over it gets one episode (a probe); if that one ends
+well the server is back, if it fails the server is ejected again. No more than
+``max_ejected_fraction`` of the servers (never the last one that can play) are ejected at
+once, so an environment that fails everywhere is not taken out everywhere. Ejections are
+logged as warnings and shown by `EnvPool.servers` (``ejected``).
 
 Where the list of servers comes from (a `PoolSpec`):
 
@@ -42,6 +56,7 @@ for ``acquire_timeout_s``, `acquire` raises `NoServerAvailableError` (a `Connect
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -57,7 +72,15 @@ from typing import Any, Protocol, Union, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from envsdk.client.client import EnvClient
-from envsdk.errors import CapacityError, ConnectError, EnvNotFoundError
+from envsdk.errors import (
+    CapacityError,
+    ConnectError,
+    EnvNotFoundError,
+    EnvTimeoutError,
+    ProtocolError,
+    SessionLostError,
+    mask_secrets,
+)
 from envsdk.protocol import WS_PATH
 from envsdk.registry import Registry
 
@@ -104,15 +127,25 @@ class NoServerAvailableError(ConnectError):
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """How a pool polls, backs off and waits. Seconds throughout.
+    """How a pool polls, backs off, ejects and waits. Seconds throughout.
 
     * ``health_interval_s`` — at most one ``/health`` poll per server per interval;
-      ``health_timeout_s`` bounds each poll.
+      ``health_timeout_s`` bounds each poll (a poll that takes longer counts as a failure).
+    * ``health_wait_s`` — how long a placement waits for the first ``/health`` answer of
+      servers the pool has not heard from yet (so that its first episodes already avoid a
+      server loaded by other clients); later polls never hold a placement up.
     * ``refresh_interval_s`` — how often the URL source is asked again (also right after a
       server could not be reached).
     * ``backoff_base_s`` / ``backoff_max_s`` — a server that failed ``n`` times in a row is
       skipped for ``min(backoff_max_s, backoff_base_s * 2**(n-1))``; a server at capacity is
       skipped for its ``retry_after_s`` hint (else ``backoff_base_s``).
+    * ``eject_after_failures`` — episodes in a row ending in a failure of their server (a
+      deadline missed, a session lost) after which the server is ejected (0: never).
+    * ``ejection_base_s`` / ``ejection_max_s`` — an ejection lasts
+      ``min(ejection_max_s, ejection_base_s * 2**(k-1))`` for the server's k-th ejection in a
+      row; an episode that ends well there resets k.
+    * ``max_ejected_fraction`` — at most this fraction of the servers is ejected at once
+      (at least one may be, but never the last one that can take an episode).
     * ``acquire_timeout_s`` — how long `EnvPool.acquire` waits for any server to take a
       session before raising `NoServerAvailableError` (None: forever).
     * ``assumed_max_sessions`` — the capacity used to compare servers whose ``/health`` does
@@ -121,18 +154,29 @@ class PoolSettings:
 
     health_interval_s: float = 2.0
     health_timeout_s: float = 2.0
+    health_wait_s: float = 0.5
     refresh_interval_s: float = 5.0
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
+    eject_after_failures: int = 3
+    ejection_base_s: float = 10.0
+    ejection_max_s: float = 300.0
+    max_ejected_fraction: float = 0.5
     acquire_timeout_s: float | None = 60.0
     assumed_max_sessions: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("health_interval_s", "health_timeout_s", "refresh_interval_s", "backoff_max_s"):
+        for name in ("health_interval_s", "health_timeout_s", "refresh_interval_s", "backoff_max_s",
+                     "ejection_base_s", "ejection_max_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.backoff_base_s < 0:
-            raise ValueError(f"backoff_base_s must be >= 0, got {self.backoff_base_s!r}")
+        for name in ("backoff_base_s", "health_wait_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.eject_after_failures < 0:
+            raise ValueError(f"eject_after_failures must be >= 0, got {self.eject_after_failures!r}")
+        if not 0 <= self.max_ejected_fraction <= 1:
+            raise ValueError(f"max_ejected_fraction must be from 0 to 1, got {self.max_ejected_fraction!r}")
         if self.acquire_timeout_s is not None and self.acquire_timeout_s <= 0:
             raise ValueError(f"acquire_timeout_s must be > 0 or None, got {self.acquire_timeout_s!r}")
         if self.assumed_max_sessions < 1:
@@ -142,6 +186,10 @@ class PoolSettings:
         """Seconds to skip a server after ``failures`` (>= 1) failures in a row."""
         return float(min(self.backoff_max_s, self.backoff_base_s * 2 ** max(0, failures - 1)))
 
+    def ejection(self, ejections: int) -> float:
+        """Seconds a server is out of rotation for its ``ejections``-th (>= 1) ejection in a row."""
+        return float(min(self.ejection_max_s, self.ejection_base_s * 2 ** max(0, ejections - 1)))
+
 
 @dataclass(frozen=True)
 class ServerStatus:
@@ -150,8 +198,12 @@ class ServerStatus:
     ``opened``: sessions this pool holds there; ``active``: its estimate of all sessions there
     (health report plus what this pool opened or closed since); ``max_sessions``: from
     ``/health`` (None if never reported); ``available``: whether a new episode may be placed
-    there now; ``retry_in_s``: seconds left of its backoff; ``retired``: no longer listed by the
-    source (kept until its sessions close).
+    there now; ``failures``: failed attempts to reach it in a row (0: it answered last time);
+    ``retry_in_s``: seconds left of its backoff; ``retired``: no longer listed by the source
+    (kept until its sessions close); ``episode_failures``: its episodes in a row that ended in
+    a failure of the server; ``ejected``: out of rotation for what its episodes did, for
+    ``ejected_in_s`` more seconds (then on probation: one episode at a time until one ends
+    well); ``ejections``: how often in a row it was ejected.
     """
 
     base_url: str
@@ -163,6 +215,10 @@ class ServerStatus:
     retry_in_s: float
     last_error: str | None
     retired: bool
+    episode_failures: int = 0
+    ejected: bool = False
+    ejected_in_s: float = 0.0
+    ejections: int = 0
 
 
 def health_url(base_url: str) -> str:
@@ -249,18 +305,49 @@ def url_source(spec: PoolSpec) -> Callable[[], list[str]]:
     return lambda: list(urls)
 
 
+#: Errors that say a call failed because of its server, not because of the episode: what the
+#: pool counts towards ejecting a server (an env's own exception, a bad action, a refused token
+#: would fail the same way anywhere).
+SERVER_FAILURES: tuple[type[BaseException], ...] = (EnvTimeoutError, SessionLostError, ConnectError, ProtocolError)
+
+
 class PooledEnvClient(EnvClient):
     """An `EnvClient` handed out by an `EnvPool`: bound to one server for its whole life;
-    closing it gives its slot back to the pool (exactly once)."""
+    closing it gives its slot back to the pool (exactly once) and tells the pool how the
+    episode went there: failed (a call raised one of `SERVER_FAILURES`; told as it happens),
+    or ended well (a call was answered and none failed so)."""
 
-    def __init__(self, base_url: str, *, on_release: Callable[[], None], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        on_release: Callable[[], None],
+        on_outcome: Callable[[BaseException | None], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(base_url, **kwargs)
         self._on_release: Callable[[], None] | None = on_release
+        self._on_outcome = on_outcome
+        self._answered = False
+        self._failed = False
 
     def _release(self) -> None:
         release, self._on_release = self._on_release, None
         if release is not None:
+            if self._on_outcome is not None and self._answered and not self._failed:
+                self._on_outcome(None)
             release()
+
+    async def _request(self, what: str, make: Callable[[str | None], Any], *, kind: Any) -> Any:
+        try:
+            reply = await super()._request(what, make, kind=kind)
+        except SERVER_FAILURES as exc:
+            if not self._failed and self._on_outcome is not None:
+                self._failed = True
+                self._on_outcome(exc)
+            raise
+        self._answered = True
+        return reply
 
     async def close(self) -> None:
         try:
@@ -282,6 +369,17 @@ class _Server:
     retry_at: float = 0.0
     last_error: str | None = None
     retired: bool = False
+    #: A health answer or a connection was had (or failed) at least once, or a placement
+    #: waited ``health_wait_s`` for the first one already (it is not waited for again).
+    heard: bool = False
+    #: Its episodes in a row that failed there (`SERVER_FAILURES`).
+    episode_failures: int = 0
+    #: Times in a row it was ejected; > 0 until an episode ends well there.
+    ejections: int = 0
+    ejected_until: float = 0.0
+    #: An episode placed on it while on probation (after an ejection) has not ended yet.
+    probing: bool = False
+    poll: asyncio.Task[None] | None = None
 
     def active(self) -> int:
         if self.reported_active is None:
@@ -295,14 +393,24 @@ class _Server:
     def load(self, assumed_max: int) -> float:
         return self.active() / (self.max_sessions or assumed_max)
 
+    def ejected(self, now: float) -> bool:
+        return self.ejected_until > now
+
+    def playable(self, now: float) -> bool:
+        """Whether a new episode may go there now (capacity aside)."""
+        if self.retired or self.retry_at > now or self.ejected(now):
+            return False
+        return not (self.ejections and self.probing)  # on probation: one episode at a time
+
 
 class EnvPool:
     """Client-side pool of environment servers; see the module docstring.
 
     ``client_kwargs`` go to every `EnvClient` the pool makes (``timeouts``, ``retry``,
-    ``observation_type``, ``headers``, …). The pool holds no connection and no background task
-    of its own: health polls and URL refreshes happen inside `acquire`, so there is nothing to
-    close; it may be used from several event loops one after the other.
+    ``observation_type``, ``headers``, …). The pool holds no connection: health polls and URL
+    refreshes are started by `acquire` (polls run as tasks of the caller's event loop, each
+    bounded by ``health_timeout_s``), so there is nothing to close; it may be used from several
+    event loops one after the other.
     """
 
     def __init__(self, spec: PoolSpec, *, settings: PoolSettings = PoolSettings(), **client_kwargs: Any) -> None:
@@ -313,7 +421,6 @@ class EnvPool:
         self._refreshed_at = -math.inf
         self._urls_stale = False
         self._rotation = 0
-        self._health_task: asyncio.Task[None] | None = None
         self.refresh_urls()
         if not self.base_urls():
             raise ValueError(f"the pool spec {spec!r} lists no base URL")
@@ -333,14 +440,29 @@ class EnvPool:
                 opened=s.opened,
                 active=s.active(),
                 max_sessions=s.max_sessions,
-                available=not s.retired and s.retry_at <= now and not s.full(),
+                available=s.playable(now) and not s.full(),
                 failures=s.failures,
                 retry_in_s=max(0.0, s.retry_at - now),
                 last_error=s.last_error,
                 retired=s.retired,
+                episode_failures=s.episode_failures,
+                ejected=s.ejected(now),
+                ejected_in_s=max(0.0, s.ejected_until - now),
+                ejections=s.ejections,
             )
             for s in self._servers.values()
         ]
+
+    def can_play(self) -> bool:
+        """Whether some listed server may still take episodes: one that answered the last time
+        the pool tried it (an ejected one included: it is alive, and is probed again). False
+        when every server is down (its last connection, session or health poll failed)."""
+        return any(not s.retired and s.failures == 0 for s in self._servers.values())
+
+    def is_ejected(self, base_url: str) -> bool:
+        """Whether the pool holds `base_url` out of rotation for what its episodes did."""
+        server = self._servers.get(base_url)
+        return server is not None and server.ejected(time.monotonic())
 
     # ------------------------------------------------------------ URL list
 
@@ -380,38 +502,50 @@ class EnvPool:
 
     async def refresh_health(self, *, force: bool = False) -> None:
         """Poll ``/health`` of every server whose last poll is older than
-        ``health_interval_s`` (every server with ``force``), skipping servers in backoff.
+        ``health_interval_s`` (every server with ``force``), skipping servers in backoff, and
+        wait for the answers. A poll already running for a server is waited for, not repeated."""
+        polls = self._start_polls(force=force)
+        if polls:
+            await asyncio.wait(polls)
 
-        Concurrent callers share one round of polls.
-        """
-        task = self._health_task
+    def _start_polls(self, *, force: bool = False) -> list[asyncio.Task[None]]:
+        """Start a background poll of each server that is due one; return every poll running
+        on this loop (started now or before)."""
         loop = asyncio.get_running_loop()
-        if task is None or task.done() or task.get_loop() is not loop:
-            now = time.monotonic()
-            due = [
-                s
-                for s in self._servers.values()
-                if not s.retired
-                and s.retry_at <= now
-                and (force or now - s.polled_at >= self.settings.health_interval_s)
-            ]
-            if not due:
-                return
-            task = loop.create_task(self._poll_all(due))
-            self._health_task = task
-        await asyncio.shield(task)
+        now = time.monotonic()
+        running = []
+        for server in self._servers.values():
+            task = server.poll
+            if task is not None and not task.done() and task.get_loop() is loop:
+                running.append(task)
+                continue
+            if server.retired or server.retry_at > now:
+                continue
+            if force or now - server.polled_at >= self.settings.health_interval_s:
+                server.poll = loop.create_task(self._poll(server))
+                running.append(server.poll)
+        return running
 
-    async def _poll_all(self, servers: list[_Server]) -> None:
-        await asyncio.gather(*(self._poll(s) for s in servers))
+    async def _wait_for_first_answers(self, polls: list[asyncio.Task[None]]) -> None:
+        """Wait (``health_wait_s`` at most) for the polls of servers never heard from."""
+        first = [s for s in self._servers.values() if not s.heard and s.poll in polls]
+        for server in first:
+            server.heard = True
+        if first and self.settings.health_wait_s > 0:
+            await asyncio.wait([s.poll for s in first if s.poll is not None], timeout=self.settings.health_wait_s)
 
     async def _poll(self, server: _Server) -> None:
         timeout = self.settings.health_timeout_s
         opened_before = server.opened
+        loop = asyncio.get_running_loop()
         try:
-            body = await asyncio.wait_for(asyncio.to_thread(_get_json, server.health_url, timeout), timeout + 1.0)
+            body = await asyncio.wait_for(
+                loop.run_in_executor(_health_threads(), _get_json, server.health_url, timeout), timeout + 1.0
+            )
         except (OSError, ValueError, asyncio.TimeoutError) as exc:
             self._failed(server, f"GET {server.health_url} failed: {exc!r}")
             return
+        server.heard = True
         server.polled_at = time.monotonic()
         server.failures = 0
         server.last_error = None
@@ -423,6 +557,7 @@ class EnvPool:
             server.max_sessions = maximum
 
     def _failed(self, server: _Server, error: str) -> None:
+        server.heard = True
         server.failures += 1
         server.last_error = error
         server.polled_at = -math.inf  # poll again as soon as its backoff ends
@@ -442,11 +577,49 @@ class EnvPool:
             server.reported_active = error.active_sessions
             server.opened_at_report = server.opened
 
+    # ------------------------------------------------------------ episode outcomes
+
+    def _episode_ended(self, server: _Server, failure: BaseException | None, probe: bool) -> None:
+        """What an episode on `server` came to: None (it ended well there) or the failure of
+        its server that ended it (`SERVER_FAILURES`); `probe`: it was placed there on probation."""
+        if failure is None:
+            if server.ejections:
+                logger.warning("%s is back in rotation: an episode ended well there after its ejection", server.base_url)
+            server.episode_failures = 0
+            server.ejections = 0
+            return
+        server.episode_failures += 1
+        now = time.monotonic()
+        if isinstance(failure, (SessionLostError, ConnectError)) and server.retry_at <= now:
+            # Its connection went: skip it until it answers again. The other sessions a dead
+            # server held are lost within moments of this one: one failure, not one each.
+            self._failed(server, f"an episode lost its session there: {failure}")
+        limit = self.settings.eject_after_failures
+        if limit and (probe or server.episode_failures >= limit) and not server.ejected(now) and self._may_eject(server, now):
+            server.ejections += 1
+            delay = self.settings.ejection(server.ejections)
+            server.ejected_until = now + delay
+            logger.warning(
+                "ejecting %s for %.0f s: %s, the last with %s (ejection %d in a row; one episode probes it after that)",
+                mask_secrets(server.base_url), delay,
+                "its probe episode failed" if probe else f"{server.episode_failures} episodes in a row failed there",
+                mask_secrets(f"{type(failure).__name__}: {failure}"), server.ejections,
+            )
+
+    def _may_eject(self, server: _Server, now: float) -> bool:
+        """Whether one more server may be ejected: within ``max_ejected_fraction`` of the
+        listed servers (at least one), and never the last that can take an episode."""
+        listed = [s for s in self._servers.values() if not s.retired]
+        ejected = sum(1 for s in listed if s.ejected(now))
+        if ejected + 1 > max(1, int(self.settings.max_ejected_fraction * len(listed))):
+            return False
+        return any(s is not server and not s.ejected(now) and s.failures == 0 for s in listed)
+
     # ------------------------------------------------------------ placement
 
     def _choose(self) -> _Server | None:
         now = time.monotonic()
-        candidates = [s for s in self._servers.values() if not s.retired and s.retry_at <= now and not s.full()]
+        candidates = [s for s in self._servers.values() if s.playable(now) and not s.full()]
         if not candidates:
             return None
         # Ties (e.g. an empty pool) rotate so that equal servers share the first episodes.
@@ -457,7 +630,11 @@ class EnvPool:
 
     def _wait_hint(self) -> float:
         now = time.monotonic()
-        retries = [s.retry_at - now for s in self._servers.values() if not s.retired and s.retry_at > now]
+        retries = [
+            max(s.retry_at, s.ejected_until) - now
+            for s in self._servers.values()
+            if not s.retired and max(s.retry_at, s.ejected_until) > now
+        ]
         # Full servers free up when sessions close; re-poll their health at the usual pace.
         return max(0.05, min([self.settings.health_interval_s, *retries]))
 
@@ -467,13 +644,14 @@ class EnvPool:
         The client is bound to that server for its whole life; close it (or use `session`) to
         give the slot back. Raises `NoServerAvailableError` when no server took the session
         within ``acquire_timeout_s``; errors other than capacity and connection failures (e.g.
-        `AuthenticationError`) are raised as they are.
+        `AuthenticationError`) are raised as they are. Health polls that are due are started,
+        not waited for (but ``health_wait_s`` for servers never heard from).
         """
         timeout = self.settings.acquire_timeout_s
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._maybe_refresh_urls()
-            await self.refresh_health()
+            await self._wait_for_first_answers(self._start_polls())
             server = self._choose()
             if server is not None:
                 client = await self._connect(server)
@@ -488,6 +666,9 @@ class EnvPool:
 
     async def _connect(self, server: _Server) -> PooledEnvClient | None:
         server.opened += 1  # reserved before the await, so concurrent acquires spread out
+        probe = server.ejections > 0
+        if probe:
+            server.probing = True
         released = False
 
         def release() -> None:
@@ -496,10 +677,20 @@ class EnvPool:
                 return
             released = True
             server.opened -= 1
+            if probe:
+                server.probing = False  # however the probe ended (one that said nothing too)
             if server.retired and server.opened == 0:
                 self._servers.pop(server.base_url, None)
 
-        client = PooledEnvClient(server.base_url, on_release=release, **self.client_kwargs)
+        reported = False
+
+        def outcome(failure: BaseException | None) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                self._episode_ended(server, failure, probe)
+
+        client = PooledEnvClient(server.base_url, on_release=release, on_outcome=outcome, **self.client_kwargs)
         try:
             await client.connect()
         except CapacityError as exc:
@@ -513,6 +704,7 @@ class EnvPool:
         except BaseException:
             release()
             raise
+        server.heard = True
         server.failures = 0
         server.last_error = None
         return client
@@ -525,7 +717,8 @@ class EnvPool:
         ]
         for s in self.servers():
             cap = "?" if s.max_sessions is None else str(s.max_sessions)
-            lines.append(f"  {s.base_url}: {s.active}/{cap} sessions, last error: {s.last_error or 'none'}")
+            ejected = f", ejected for {s.ejected_in_s:.0f} s more" if s.ejected else ""
+            lines.append(f"  {s.base_url}: {s.active}/{cap} sessions{ejected}, last error: {s.last_error or 'none'}")
         return "\n".join(lines)
 
     @contextlib.asynccontextmanager
@@ -536,7 +729,6 @@ class EnvPool:
             yield client
         finally:
             await client.close()
-
 
 #: The largest ``/health`` body read: a report is a few hundred bytes.
 MAX_HEALTH_BYTES = 1 << 20
@@ -569,15 +761,32 @@ def _get_json(url: str, timeout: float) -> dict[str, Any]:
     return data
 
 
+_HEALTH_THREADS: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _health_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads health polls block in: their own, so that a hung ``/health`` neither takes
+    a thread of the event loop's default executor nor holds up `asyncio.run`'s exit (which
+    waits for that executor's threads); each poll ends within ``health_timeout_s``."""
+    global _HEALTH_THREADS
+    if _HEALTH_THREADS is None:
+        _HEALTH_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="envsdk-health")
+    return _HEALTH_THREADS
+
+
 _SHARED: dict[Any, EnvPool] = {}
 
 
 def shared_pool(spec: PoolSpec) -> EnvPool:
     """The process-wide pool of `spec` (made on first use with default settings), so every
-    scheduler that names the same servers shares one view of their load. An `EnvPool` is
+    scheduler that names the same servers shares one view of their load and health. An
+    `EnvPool`, or a pool name registered as one (``pools["p"] = EnvPool(urls, settings=…)``), is
     returned as is; lists are keyed by their URLs, other specs by identity or name."""
     if isinstance(spec, EnvPool):
         return spec
+    registered = pools.get(spec) if isinstance(spec, str) else None
+    if isinstance(registered, EnvPool):
+        return registered  # registered with its own settings: shared as it is
     key: Any = tuple(spec) if isinstance(spec, (list, tuple)) else spec
     pool = _SHARED.get(key)
     if pool is None:

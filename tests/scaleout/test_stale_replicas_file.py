@@ -15,7 +15,7 @@ import pytest
 
 from envsdk.client.pool import pools
 from envsdk.preflight import PreflightError, check_env_servers
-from envsdk.testing import free_port, running_server
+from envsdk.testing import free_port, free_ports, running_server
 from tests.cli.conftest import assert_one_line_error, envsdk
 
 from .conftest import echo_app
@@ -26,7 +26,7 @@ from .test_replicas import kill_supervisor, supervisor_process
 def stale_replicas_file(tmp_path: Path) -> Iterator[Path]:
     """A replicas file whose supervisor was killed with SIGKILL and whose replicas are gone."""
     urls_file = tmp_path / "u2.json"
-    with supervisor_process(urls_file, "--port", str(free_port())) as (proc, replicas):
+    with supervisor_process(urls_file, "--port", str(free_ports(2))) as (proc, replicas):
         kill_supervisor(proc, replicas)
         assert urls_file.exists()
         yield urls_file
