@@ -11,8 +11,11 @@ replica whose server stopped while its process lives on.
 
 `RayReplicas` has a ``base_urls()`` method, so it is itself a pool spec: ``EnvPool(replicas)``
 re-reads it every ``PoolSettings.refresh_interval_s`` and right after a server could not be
-reached. A session on a replica that died is lost (the new process does not know it): its
-client raises `SessionLostError` and the scheduler records that episode as an error.
+reached. A process that is not the driver (``envsdk rollout --base-url urls.json``, a trainer)
+follows the replicas through ``replicas_file``, which the monitor rewrites whenever the list
+changes, in the format of ``envsdk serve --replicas-file``. A session on a replica that died is
+lost (the new process does not know it): its client raises `SessionLostError` and the scheduler
+records that episode as an error, which ``envsdk rollout --resume`` plays again.
 
 Ray is an optional extra: ``pip install ray`` (or ``pip install -e '.[ray]'`` in the envsdk clone). Connect to a cluster with ``ray.init``
 (or ``ray.init(address="auto")``) before calling `start_replicas`; without that, Ray starts a
@@ -29,11 +32,17 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from envsdk.registry import import_spec
 from envsdk.server.launch import serve
+from envsdk.server.replicas import (
+    ReplicaStartError,
+    check_replicas_file,
+    write_replicas_file,
+)
 
 try:
     import ray
@@ -132,13 +141,23 @@ class RayReplicas:
     """Replica actors started by `start_replicas`, watched by a monitor thread.
 
     ``base_urls()`` lists the replicas that answered the latest status round, in replica
-    order. `shutdown` (or leaving the ``with`` block) stops the monitor and kills every actor.
+    order; each round that changes it rewrites ``replicas_file`` (when given). `shutdown` (or
+    leaving the ``with`` block) stops the monitor, kills every actor and removes the file.
     """
 
-    def __init__(self, actors: list[Any], *, monitor_interval_s: float = 1.0, probe_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        actors: list[Any],
+        *,
+        monitor_interval_s: float = 1.0,
+        probe_timeout_s: float = 5.0,
+        replicas_file: str | Path | None = None,
+    ) -> None:
         self.actors = actors
         self.monitor_interval_s = monitor_interval_s
         self.probe_timeout_s = probe_timeout_s
+        self.replicas_file = Path(replicas_file) if replicas_file is not None else None
+        self._written: dict[str, object] | None = None
         self._urls: list[str | None] = [None] * len(actors)
         self._last_urls: list[str | None] = [None] * len(actors)
         self._pids: list[int | None] = [None] * len(actors)
@@ -161,6 +180,7 @@ class RayReplicas:
             return [u for u in self._urls if u is not None]
 
     def replicas(self) -> list[ReplicaStatus]:
+        """Every replica as the latest status round saw it, in replica order."""
         with self._lock:
             return [
                 ReplicaStatus(index=i, base_url=u, pid=p, restarts=r)
@@ -187,7 +207,34 @@ class RayReplicas:
                 ray.kill(actor, no_restart=False)
                 continue
             self._set(i, str(status["base_url"]), int(status["pid"]))
+        self._write_file()
         return self.base_urls()
+
+    def describe(self) -> dict[str, object]:
+        """What the replicas file holds: ``{"base_urls": [...], "replicas": [{index, base_url,
+        pid, restarts}]}`` (the replicas available now), as ``envsdk serve --replicas-file``
+        writes it."""
+        return {
+            "base_urls": self.base_urls(),
+            "replicas": [
+                {"index": r.index, "base_url": r.base_url, "pid": r.pid, "restarts": r.restarts}
+                for r in self.replicas()
+                if r.base_url is not None
+            ],
+        }
+
+    def _write_file(self) -> None:
+        if self.replicas_file is None:
+            return
+        description = self.describe()
+        if description == self._written:
+            return
+        try:
+            write_replicas_file(self.replicas_file, description)
+        except ReplicaStartError as exc:  # the next round tries again
+            logger.warning("%s", exc)
+            return
+        self._written = description
 
     def _set(self, index: int, url: str | None, pid: int | None) -> None:
         with self._lock:
@@ -227,6 +274,8 @@ class RayReplicas:
                 logger.debug("killing a replica actor failed: %r", exc)
         with self._lock:
             self._urls = [None] * len(self.actors)
+        if self.replicas_file is not None:
+            self.replicas_file.unlink(missing_ok=True)
 
 
 def start_replicas(
@@ -243,6 +292,7 @@ def start_replicas(
     monitor_interval_s: float = 1.0,
     probe_timeout_s: float = 5.0,
     actor_options: Mapping[str, Any] | None = None,
+    replicas_file: str | Path | None = None,
 ) -> RayReplicas:
     """Start `n` server replicas as Ray actors and return them once every one serves.
 
@@ -252,11 +302,16 @@ def start_replicas(
     ``host`` is ``127.0.0.1`` (clients on the same node), another address, or ``"node"`` (the
     node's IP address). Ray restarts an actor whose process dies up to ``max_restarts`` times;
     ``actor_options`` go to ``.options()`` as they are (``scheduling_strategy``,
-    ``runtime_env``, …). Raises `TimeoutError` when the replicas do not all serve within
-    ``startup_timeout_s`` (the ones started are killed).
+    ``runtime_env``, …). ``replicas_file``: where the base URLs of the replicas available are
+    kept up to date, for pools in other processes (see the module docstring). Raises
+    `TimeoutError` when the replicas do not all serve within ``startup_timeout_s`` (the ones
+    started are killed), and `ValueError` for a ``replicas_file`` that cannot be written, before
+    any replica starts.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if replicas_file is not None:
+        check_replicas_file(Path(replicas_file))
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
         "max_restarts": max_restarts,
@@ -271,7 +326,9 @@ def start_replicas(
     actor_class = ray.remote(ReplicaServer).options(**options)
     args = (app_factory_target, dict(factory_kwargs or {}), host, dict(env or {}), startup_timeout_s)
     actors: list[Any] = [actor_class.remote(*args) for _ in range(n)]
-    replicas = RayReplicas(actors, monitor_interval_s=monitor_interval_s, probe_timeout_s=probe_timeout_s)
+    replicas = RayReplicas(
+        actors, monitor_interval_s=monitor_interval_s, probe_timeout_s=probe_timeout_s, replicas_file=replicas_file
+    )
     try:
         ready, pending = ray.wait([a.status.remote() for a in actors], num_returns=n, timeout=startup_timeout_s)
         if pending:

@@ -6,7 +6,10 @@ waits until each answers ``GET /health``, writes their base URLs where an `EnvPo
 (``--replicas-file``: JSON ``{"base_urls": [...], "replicas": [{index, base_url, pid,
 restarts}], "supervisor_pid": …}``), and restarts a replica whose process exits, on the same
 port, at most ``max_restarts`` times each. `serve_replicas` runs one until SIGINT or SIGTERM,
-then stops every replica (SIGTERM, then SIGKILL after a grace period) and removes the file.
+then stops every replica as a single server stops: each gets SIGTERM and drains (requests in
+flight are answered within its ``drain_timeout_s``, then its envs are closed), and only a
+replica still running past that bound (plus its env closes and a margin) is killed; a second
+SIGINT stops waiting, as it does for a server. Then the file is removed.
 On Linux a replica also gets SIGTERM from the kernel when its supervisor dies any other way
 (``kill -9``, a crash), so none is left serving as an orphan.
 
@@ -22,6 +25,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import math
 import os
 import queue
 import signal
@@ -38,7 +42,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from envsdk._process import flush_out, print_out
-from envsdk.server.config import positive_int
+from envsdk.server.config import DEFAULT_DEADLINES_S, ServerConfig, positive_int
 from envsdk.server.launch import PortInUseError, ensure_port_free
 
 __all__ = [
@@ -48,11 +52,15 @@ __all__ = [
     "serve_replicas",
     "replica_ports",
     "without_options",
+    "write_replicas_file",
     "ReplicaCommand",
     "REPLICA_OPTIONS",
     "add_replica_arguments",
+    "check_replicas_file",
     "MAX_REPLICAS",
     "replica_count",
+    "STOP_MARGIN_S",
+    "HURRY_GRACE_S",
 ]
 
 logger = logging.getLogger("envsdk.server.replicas")
@@ -68,6 +76,16 @@ REPLICA_OPTIONS = ("--replicas", "--replicas-file", "--host", "--port")
 #: The most replicas one supervisor runs. Each is a server process (with game workers of its
 #: own) meant to have a core to itself; past this many, spread them over machines (`envsdk.ray`).
 MAX_REPLICAS = 64
+
+
+#: How long past a replica's own shutdown bound (its drain timeout, then the deadline of its env
+#: closes) the supervisor waits before it kills the replica: the time a busy machine may take
+#: to tear down a Python process.
+STOP_MARGIN_S = 5.0
+
+#: How long the replicas get to exit after a second SIGINT (which ends their drains at once)
+#: before they are killed.
+HURRY_GRACE_S = 3.0
 
 
 def replica_count(text: str) -> int:
@@ -250,6 +268,28 @@ class _Spawner:
                 done.set_exception(exc)
 
 
+def check_replicas_file(path: Path) -> None:
+    """`ValueError` for a replicas file that cannot be written, said before any replica starts
+    (found once they ran, it left them serving after the supervisor's traceback)."""
+    if path.is_dir():
+        raise ValueError(f"the replicas file {path} is a folder: name a file in it")
+    if not path.parent.is_dir():
+        raise ValueError(f"the replicas file {path} is in a folder that does not exist ({path.parent})")
+
+
+def write_replicas_file(path: Path, description: Mapping[str, object]) -> None:
+    """Write `description` (``{"base_urls": [...], "replicas": [...], …}``) to the replicas file
+    `path` as JSON, whole then renamed, so that a pool reading it never sees half a file;
+    `ReplicaStartError` when it cannot be written."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ReplicaStartError(f"cannot write the replicas file {path}: {exc.strerror or exc}") from None
+
+
 def _health_ok(port: int, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as response:
@@ -267,6 +307,10 @@ class ReplicaSet:
     port after ``restart_delay_s``; after ``max_restarts`` restarts it is given up (logged, and
     dropped from ``base_urls`` and the replicas file). ``env`` is added to the replicas'
     environment.
+
+    ``drain_timeout_s`` is the replicas' own drain timeout (`ServerConfig.drain_timeout_s`;
+    None: its default, which the CLIs' servers use): `stop` waits that long, plus the deadline
+    of the env closes that follow and `STOP_MARGIN_S`, for the replicas to exit on their own.
     """
 
     def __init__(
@@ -281,11 +325,15 @@ class ReplicaSet:
         startup_timeout_s: float = 60.0,
         monitor_interval_s: float = 0.5,
         restart_delay_s: float = 0.5,
-        stop_timeout_s: float = 10.0,
+        drain_timeout_s: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+        if drain_timeout_s is None:
+            drain_timeout_s = float(ServerConfig.model_fields["drain_timeout_s"].default)
+        if drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {drain_timeout_s}")
         self.command = command
         self.host = host
         self.replicas_file = Path(replicas_file) if replicas_file is not None else None
@@ -293,7 +341,10 @@ class ReplicaSet:
         self.startup_timeout_s = startup_timeout_s
         self.monitor_interval_s = monitor_interval_s
         self.restart_delay_s = restart_delay_s
-        self.stop_timeout_s = stop_timeout_s
+        self.drain_timeout_s = drain_timeout_s
+        #: How long `stop` waits for the replicas to exit before it kills them: what a single
+        #: server takes at most to stop (drain, then env closes), plus a margin.
+        self.stop_timeout_s = drain_timeout_s + DEFAULT_DEADLINES_S["close"] + STOP_MARGIN_S
         self.env = {**os.environ, **(env or {})}
         public = _public_host(host)
         self.replicas = [
@@ -302,6 +353,8 @@ class ReplicaSet:
         ]
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._hurried = threading.Event()
+        self._hurry_deadline = math.inf
         self._monitor: threading.Thread | None = None
         self._spawner: _Spawner | None = None
 
@@ -356,28 +409,39 @@ class ReplicaSet:
         return self.base_urls
 
     def stop(self) -> None:
-        """Stop the monitor and every replica (SIGTERM, SIGKILL after ``stop_timeout_s``);
-        remove the replicas file. Idempotent."""
+        """Stop the monitor and every replica, as a single server stops: SIGTERM to each, so
+        that it drains (its requests in flight are answered, then its envs closed), then SIGKILL
+        to one still running ``stop_timeout_s`` later, or `HURRY_GRACE_S` after `hurry`. Removes
+        the replicas file. Idempotent."""
         self._stopping.set()
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join(timeout=self.monitor_interval_s + self.startup_timeout_s)
         with self._lock:
-            processes = [r.process for r in self.replicas if r.process is not None]
-            for proc in processes:
+            started = [(r, r.process) for r in self.replicas if r.process is not None]
+            for _, proc in started:
                 if proc.poll() is None:
                     proc.terminate()
             deadline = time.monotonic() + self.stop_timeout_s
-            for proc in processes:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-                _kill_leftovers(proc)
+            for replica, proc in started:
+                self._wait_stopped(replica, proc, deadline)
             if self._spawner is not None:
                 self._spawner.close()
         if self.replicas_file is not None:
             self.replicas_file.unlink(missing_ok=True)
+
+    def hurry(self) -> None:
+        """Stop waiting for the replicas' drains (a second Ctrl-C): each still running gets
+        SIGINT, which ends its drain as a second SIGINT ends a server's, and `stop` kills those
+        left `HURRY_GRACE_S` later. Safe to call from a signal handler while `stop` runs."""
+        if self._hurried.is_set():
+            return
+        self._hurry_deadline = time.monotonic() + HURRY_GRACE_S
+        self._hurried.set()
+        for replica in self.replicas:
+            proc = replica.process
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGINT)
 
     def check(self) -> list[int]:
         """One monitor round: restart replicas whose process exited (within their restart
@@ -431,6 +495,24 @@ class ReplicaSet:
         assert self._spawner is not None, "start() the set first"
         replica.process = self._spawner.popen(argv, self.env)
 
+    def _wait_stopped(self, replica: Replica, proc: subprocess.Popen[bytes], deadline: float) -> None:
+        """Wait until `proc` (`replica`'s, sent SIGTERM) exits; SIGKILL it past `deadline`, or
+        past the grace `hurry` gave."""
+        while proc.poll() is None:
+            now = time.monotonic()
+            until = min(deadline, self._hurry_deadline)
+            if now >= until:
+                why = (
+                    "after a second interrupt" if until < deadline
+                    else f"{self.stop_timeout_s:g} s after SIGTERM (its drain timeout: {self.drain_timeout_s:g} s)"
+                )
+                logger.warning("replica %d (%s) was still running %s; killed", replica.index, replica.base_url, why)
+                proc.kill()
+                proc.wait(timeout=5)
+                break
+            time.sleep(min(0.1, until - now))
+        _kill_leftovers(proc)
+
     def _wait_healthy(self, replica: Replica, deadline: float) -> None:
         proc = replica.process
         assert proc is not None
@@ -447,27 +529,12 @@ class ReplicaSet:
             time.sleep(0.1)
 
     def _check_file(self) -> None:
-        """`ValueError` for a replicas file that cannot be written, before any replica starts
-        (found once they ran, it left them serving after the supervisor's traceback)."""
-        path = self.replicas_file
-        if path is None:
-            return
-        if path.is_dir():
-            raise ValueError(f"the replicas file {path} is a folder: name a file in it")
-        if not path.parent.is_dir():
-            raise ValueError(f"the replicas file {path} is in a folder that does not exist ({path.parent})")
+        if self.replicas_file is not None:
+            check_replicas_file(self.replicas_file)
 
     def _write_file(self) -> None:
-        if self.replicas_file is None:
-            return
-        # Written whole then renamed: a pool reading it never sees half a file.
-        tmp = self.replicas_file.with_name(self.replicas_file.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(self.describe(), indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, self.replicas_file)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise ReplicaStartError(f"cannot write the replicas file {self.replicas_file}: {exc.strerror or exc}") from None
+        if self.replicas_file is not None:
+            write_replicas_file(self.replicas_file, self.describe())
 
     def _watch(self) -> None:
         while not self._stopping.wait(self.monitor_interval_s):
@@ -482,15 +549,22 @@ def serve_replicas(
     first_port: int | None = None,
     replicas_file: str | Path | None = None,
     max_restarts: int = 5,
+    drain_timeout_s: float | None = None,
 ) -> int:
     """Run N replicas until SIGINT/SIGTERM (the CLIs' ``--replicas N``); print their base URLs
-    (one line each, then one JSON line ``{"base_urls": [...]}``). Returns the exit status: 130
-    after SIGINT and 143 after SIGTERM, once every replica stopped (as a single server exits),
-    1 when every replica was given up, 2 when they could not be started."""
+    (one line each, then one JSON line ``{"base_urls": [...]}``). Then stop them as a single
+    server stops (`ReplicaSet.stop`: each drains within ``drain_timeout_s``, its servers'
+    drain timeout, None for the default); a second SIGINT stops waiting (`ReplicaSet.hurry`),
+    a second SIGTERM changes nothing, as for a server. Returns the exit status: 130 after
+    SIGINT and 143 after SIGTERM, once every replica stopped (as a single server exits), 1 when
+    every replica was given up, 2 when they could not be started."""
     stop = threading.Event()
     received: list[int] = []
+    started: list[ReplicaSet] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if received and signum == signal.SIGINT and started:
+            started[0].hurry()
         received.append(signum)
         stop.set()
 
@@ -498,8 +572,10 @@ def serve_replicas(
     try:
         try:
             replicas = ReplicaSet(
-                command, n, host=host, first_port=first_port, replicas_file=replicas_file, max_restarts=max_restarts
+                command, n, host=host, first_port=first_port, replicas_file=replicas_file,
+                max_restarts=max_restarts, drain_timeout_s=drain_timeout_s,
             )
+            started.append(replicas)
             urls = replicas.start()
         except (ReplicaStartError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -517,6 +593,11 @@ def serve_replicas(
                 if not replicas.base_urls:
                     print("error: every replica failed past its restarts", file=sys.stderr)
                     return 1
+            print(
+                f"stopping {len(replicas.base_urls)} replicas: requests in flight get up to "
+                f"{replicas.drain_timeout_s:g} s to finish (press Ctrl-C again to stop at once)",
+                file=sys.stderr, flush=True,
+            )
         finally:
             replicas.stop()
         return 128 + received[0]
