@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-import envsdk.policies as policies
+from envsdk import policies
 from envsdk.policies import (
     POLICY_NAMES,
     FrozenLakeOraclePolicy,
@@ -53,9 +54,18 @@ def test_make_policy_refuses_unknown_names_and_lists_the_known_ones() -> None:
 
 
 def test_every_name_in_all_resolves() -> None:
+    """Each exported name, the lazily imported ones included, is the object its own module defines
+    under that name (a class or function bears the name too), and each is exported once."""
     pytest.importorskip("transformers", reason="TransformersPolicy needs transformers")
+    assert len(set(policies.__all__)) == len(policies.__all__)
     for name in policies.__all__:
-        assert getattr(policies, name) is not None, name
+        value = getattr(policies, name)
+        home = getattr(value, "__module__", None)
+        if isinstance(value, type) or (callable(value) and home is not None and home.startswith("envsdk.")):
+            assert value.__name__ == name, name
+            assert getattr(importlib.import_module(value.__module__), name) is value, name
+        else:  # a constant or a type alias: defined in the package itself
+            assert vars(policies)[name] is value, name
 
 
 def test_unknown_attribute_raises_attribute_error() -> None:

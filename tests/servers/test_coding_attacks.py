@@ -234,10 +234,29 @@ def test_attack_is_contained(attack: str, served: Served, honest: Honest) -> Non
     pytest.fail(f"honest steps/s fell below 80% three times: {rates}")
 
 
+def _mounts(mountinfo: str) -> dict[str, tuple[str, str]]:
+    """Each mount point of a ``/proc/<pid>/mountinfo`` text with its filesystem type and options."""
+    mounts = {}
+    for line in filter(None, mountinfo.splitlines()):
+        where, _, after = line.partition(" - ")
+        fstype, _, options = after.split(" ", 2)
+        mounts[where.split()[4]] = (fstype, options)
+    return mounts
+
+
 def test_no_sandbox_mount_reaches_the_host(served: Served) -> None:
-    """The workspace and /tmp tmpfs mounts live in each sandbox's own mount namespace."""
-    mount_points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    assert "/workspace" not in mount_points
+    """A sandbox's root (a tmpfs of its disk budget, holding /workspace and /tmp) is mounted in its
+    own mount namespace: the sandbox sees it, the server's host has no such mount."""
+    if served.provider == "process":
+        pytest.skip("the process provider mounts nothing (it has no mount namespace): nothing could reach the host")
+    with OpenEnvWrapper(served.url) as env:
+        env.reset(seed=1)
+        seen = env.step({"code": "print(open('/proc/self/mountinfo').read())"})
+        host = _mounts(Path("/proc/self/mountinfo").read_text())
+    inside = _mounts(seen.observation["stdout"])
+    assert inside["/"][0] == "tmpfs" and f"size={TEST_LIMITS.disk_bytes // 1024}k" in inside["/"][1], inside
+    assert inside["/"] not in host.values(), inside["/"]
+    assert "/workspace" not in host
 
 
 def test_process_provider_weaknesses(served: Served) -> None:

@@ -22,6 +22,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 from envsdk import EnvClient
 from envsdk.cli import main as envsdk_main
+from envsdk.errors import ServerError
 from envsdk.games.humaneval import humaneval
 from envsdk.schedulers.coding import render_code_observation
 from envsdk.testing import running_server
@@ -108,10 +109,12 @@ def test_reset_picks_the_problem_by_seed_or_task_id(base_url: str) -> None:
 
 async def test_bad_reset_options_get_typed_errors_and_the_session_goes_on(base_url: str) -> None:
     async with EnvClient(base_url) as env:
-        with pytest.raises(Exception, match="unknown task_id 'HumanEval/999'"):
+        with pytest.raises(ServerError, match="unknown task_id 'HumanEval/999'") as unknown:
             await env.reset(task_id="HumanEval/999")
-        with pytest.raises(Exception, match="max_steps must be"):
+        with pytest.raises(ServerError, match="max_steps must be") as no_steps:
             await env.reset(seed=1, max_steps=0)
+        # Options the reset refuses are the caller's to fix: a validation error, not the env failing.
+        assert unknown.value.code == no_steps.value.code == "VALIDATION_ERROR"
         ok = await env.reset(seed=1)
         assert ok.observation["metadata"]["task_id"] == "HumanEval/1"
 
@@ -163,9 +166,10 @@ def test_capacity_counts_sandboxes() -> None:
             for env in held:
                 env.connect()
                 env.reset(seed=0)
-            with pytest.raises(Exception, match="(?i)capacity"):
-                with GenericEnvClient(base_url=url).sync() as third:
-                    third.reset(seed=0)
+            # OpenEnv's client reports any error frame as this RuntimeError, naming its code.
+            full = r"Server at capacity: 2/2 sessions active.*\(code: CAPACITY_REACHED\)"
+            with pytest.raises(RuntimeError, match=full), GenericEnvClient(base_url=url).sync() as third:
+                third.reset(seed=0)
             for env in held:
                 env.close()
     finally:

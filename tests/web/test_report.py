@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+import matplotlib.image
+import numpy as np
 import pytest
 
 from envsdk.cli import main
@@ -30,9 +32,17 @@ def completions(sudoku_url: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def _check_png(path: Path) -> None:
+    """A PNG of a drawn figure: it decodes, and holds more than a blank canvas with axes (data in
+    several colours covering a share of it), not merely some bytes."""
     assert path.is_file(), path
-    data = path.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 5_000, path
+    assert path.read_bytes().startswith(PNG_MAGIC), path
+    pixels = matplotlib.image.imread(path)[:, :, :3]
+    height, width, _ = pixels.shape
+    assert height >= 200 and width >= 300, (path, pixels.shape)
+    colours = np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colours) > 20, (path, len(colours))
+    inked = (pixels < 0.9).any(axis=2).mean()  # not white
+    assert inked > 0.02, (path, inked)
 
 
 @pytest.mark.timeout(90)
