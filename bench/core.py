@@ -3,7 +3,9 @@ under big observations. Every server runs in its own process on 127.0.0.1; every
 
 * ``trivial`` — `bench.trivial` at 256 and 1,024 sessions, three interleaved rounds: envsdk's
   default path (a plain sync env, each session's calls on its lane thread), the same with
-  ``lane_wait_s=0`` (no waited hand-offs), envsdk with ``INLINE_SYNC``, OpenEnv, bare.
+  ``lane_wait_s=0`` (no waited hand-offs), envsdk with ``INLINE_SYNC``, OpenEnv, bare; every
+  server on each event loop of ``--loops`` (asyncio, uvloop), the load generator on
+  ``--client-loop``.
 * ``hung`` — 255 sessions step the echo env (default path, 1 s step deadline); their rate is
   measured alone, then while 32 other sessions' steps hang in env code (``time.sleep(3600)``)
   past their deadline; then a new client's connect + reset is timed.
@@ -11,6 +13,9 @@ under big observations. Every server runs in its own process on 127.0.0.1; every
   env whose observations are 8 MiB each; the server's RSS is sampled every 20 ms.
 
     python -m bench core --out bench/RESULTS.md        # about 8 minutes on 2 cores
+
+The ``hung`` and ``memory`` parts run ``envsdk serve`` as a user does: uvicorn's ``auto`` loop,
+which is uvloop when it is installed.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 import httpx
 
 from bench import trivial
+from bench.servers import LOOPS
 from bench.trivial import (
     REPLY_TIMEOUT_S,
     cpu_seconds,
@@ -274,21 +280,21 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
         lines += ["### 32 hung calls", ""]
         ratio = hung.during_steps_s / max(hung.alone_steps_s, 1e-9)
         lines += [
-            f"Hung calls: {hung.others} sessions of the echo env (default path, step deadline "
+            (f"Hung calls: {hung.others} sessions of the echo env (default path, step deadline "
             f"{HUNG_STEP_DEADLINE_S:g} s) step from one client process; then {hung.hung} more sessions each send a "
             "step that sleeps an hour in env code. Each hung step was answered TIMEOUT "
-            f"({hung.timeouts}/{hung.hung}, all within {hung.timeout_reply_s:.1f} s) and its thread written off.",
+            f"({hung.timeouts}/{hung.hung}, all within {hung.timeout_reply_s:.1f} s) and its thread written off."),
             "",
             "| phase | steps/s of the others | p99 ms | ratio | server CPU µs/step |",
             "|---|---|---|---|---|",
             f"| alone | {hung.alone_steps_s:,.0f} | {hung.alone_p99_ms:.1f} | 1.00 | {hung.alone_cpu_us:.0f} |",
-            f"| {hung.hung} calls hung past their deadline | {hung.during_steps_s:,.0f} | {hung.during_p99_ms:.1f} | "
-            f"{ratio:.2f} | {hung.during_cpu_us:.0f} |",
+            (f"| {hung.hung} calls hung past their deadline | {hung.during_steps_s:,.0f} | {hung.during_p99_ms:.1f} | "
+            f"{ratio:.2f} | {hung.during_cpu_us:.0f} |"),
             "",
-            f"`/health` then reported `abandoned_threads: {hung.abandoned_threads}`; a new client's connect + reset "
+            (f"`/health` then reported `abandoned_threads: {hung.abandoned_threads}`; a new client's connect + reset "
             f"took {hung.newcomer_s * 1000:.0f} ms; SIGTERM, with the {hung.hung} threads still asleep, exited in "
             f"{hung.exit_s:.1f} s (drain 20 s default, unused: nothing was in flight; then up to the 5 s close deadline "
-            "for the written-off threads to close their envs).",
+            "for the written-off threads to close their envs)."),
             "",
         ]
         if hung.errors:
@@ -298,10 +304,10 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
         mib = BIG_OBSERVATION_BYTES / 2**20
         grown = (memory.rss_end_kib - memory.rss_idle_kib) / 1024
         lines += [
-            f"Big observations: {memory.sessions} sessions (handshake, request ids, so every reply is recorded) each "
+            (f"Big observations: {memory.sessions} sessions (handshake, request ids, so every reply is recorded) each "
             f"step {memory.steps_each} times, concurrently; every observation is {mib:g} MiB. Replay record bound "
             "(default): 16 replies and 4 MiB per session, the latest reply always kept, so at most "
-            f"{memory.sessions} × {mib:g} MiB = {memory.sessions * mib:g} MiB of records here.",
+            f"{memory.sessions} × {mib:g} MiB = {memory.sessions * mib:g} MiB of records here."),
             "",
             "| server RSS | MiB |",
             "|---|---|",
@@ -309,11 +315,11 @@ def render(hung: HungResult | None, memory: MemoryResult | None, command: str) -
             f"| peak while stepping (sampled every 20 ms) | {memory.rss_peak_kib / 1024:.0f} |",
             f"| after {memory.steps_done} steps, every session still open | {memory.rss_end_kib / 1024:.0f} (+{grown:.0f}) |",
             "",
-            "Beyond the records, RSS holds the in-flight copies of a step (the observation, its JSON, "
+            ("Beyond the records, RSS holds the in-flight copies of a step (the observation, its JSON, "
             "the frame) that the allocator keeps for reuse in each thread's arena; it does not grow "
             "with the number of steps (`--steps 8` and `--steps 24` end within 30 MiB of each other). "
             f"A count-only record (16 replies) would hold {memory.sessions} × 16 × {mib:g} MiB = "
-            f"{memory.sessions * 16 * mib:,.0f} MiB for the resume window.",
+            f"{memory.sessions * 16 * mib:,.0f} MiB for the resume window."),
             "",
         ]
         if memory.errors:
@@ -328,6 +334,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=24, help="memory: steps per session")
     parser.add_argument("--rounds", type=int, default=3, help="trivial: rounds per level (servers interleaved)")
     parser.add_argument("--procs", type=int, default=0, help="trivial: load-generator processes (0: one per core but one)")
+    parser.add_argument("--loops", nargs="+", choices=LOOPS, default=["asyncio"], help="trivial: every server's event loop(s)")
+    parser.add_argument("--client-loop", choices=LOOPS, default="asyncio", help="trivial: the load generator's event loop")
     parser.add_argument("--out", type=Path, default=None, help="RESULTS.md to update")
 
 
@@ -340,11 +348,12 @@ def run(args: argparse.Namespace, command: str) -> None:
         trivial.add_arguments(sub)
         trivial_args = sub.parse_args(
             ["--levels", *map(str, args.levels), "--duration", str(args.duration), "--rounds", str(args.rounds),
-             "--kinds", "envsdk", "envsdk-awaited", "envsdk-inline", "openenv", "bare"]
+             "--kinds", "envsdk", "envsdk-awaited", "envsdk-inline", "openenv", "bare",
+             "--loops", *args.loops, "--client-loop", args.client_loop]
             + (["--procs", str(args.procs)] if args.procs else [])
         )
         results = trivial.run(trivial_args, command)
-        table = trivial.render(results, args.levels, args.duration, command, trivial_args.procs)
+        table = trivial.render(results, args.levels, args.duration, command, trivial_args.procs, args.client_loop)
         # The same table as `python -m bench trivial`, as a sub-section of this one.
         speed = "### Default path vs OpenEnv vs bare\n" + table.split("\n", 1)[1].split("Command:", 1)[0] + (
             "Each session" + table.split("Each session", 1)[1]

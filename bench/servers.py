@@ -10,10 +10,17 @@
   base classes, reproducing what a user of OpenEnv runs.
 * ``bare``: a bare asyncio ``websockets`` server speaking the same frames, with no framework:
   the ceiling for this machine.
+* ``envsdk-wait`` / ``openenv-wait``: envsdk (default path) and OpenEnv's ``create_app`` serving
+  the environment of OpenEnv's scaling study, whose step sleeps (`bench.openenv_scaling_apps`).
 
 Run one: ``python -m bench.servers KIND --port P --max-sessions N`` (binds 127.0.0.1 only).
-The uvicorn servers take ``--ws``, ``--http``, ``--loop`` and ``--deflate`` to compare uvicorn's
-settings; the defaults are what `envsdk.server.serve` uses.
+``--loop asyncio|uvloop`` picks every server's event loop (the bare server's too); left out,
+each server keeps its own default: uvicorn's ``auto`` (uvloop when it is installed) for the
+uvicorn servers, asyncio's for the bare one. For OpenEnv it also picks the HTTP parser, as
+installing ``uvicorn[standard]`` does: h11 with asyncio, httptools with uvloop (envsdk's `serve`
+keeps its own h11 protocol, which bounds how long a request head may take, either way). The
+uvicorn servers take ``--ws``, ``--http`` and ``--deflate`` to compare uvicorn's settings; the
+defaults are what `envsdk.server.serve` uses (for envsdk) and uvicorn's (for OpenEnv).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import json
 import resource
 from typing import Any
 
-KINDS = ("envsdk", "envsdk-inline", "openenv", "bare", "envsdk-tools", "envsdk-awaited")
+KINDS = ("envsdk", "envsdk-inline", "openenv", "bare", "envsdk-tools", "envsdk-awaited", "envsdk-wait", "openenv-wait")
+LOOPS = ("asyncio", "uvloop")
 
 
 def envsdk_app(max_sessions: int, inline_sync: bool | None = None, lane_wait_s: float | None = None) -> Any:
@@ -107,6 +115,16 @@ async def serve_bare(port: int, max_sessions: int) -> None:
         await asyncio.Future()
 
 
+def run_bare(port: int, max_sessions: int, loop: str | None) -> None:
+    """Serve the bare server until killed, on asyncio's loop or (``loop="uvloop"``) uvloop's."""
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(serve_bare(port, max_sessions))
+    else:
+        asyncio.run(serve_bare(port, max_sessions))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("kind", choices=KINDS)
@@ -114,25 +132,37 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=8192)
     parser.add_argument("--ws", default=None, help="uvicorn ws implementation (default: envsdk.server.serve's)")
     parser.add_argument("--http", default=None, help="uvicorn http implementation")
-    parser.add_argument("--loop", default=None, help="uvicorn event loop: auto, asyncio, uvloop")
+    parser.add_argument("--loop", default=None, choices=LOOPS, help="event loop (default: each server's own)")
     parser.add_argument("--deflate", action=argparse.BooleanOptionalAction, default=None, help="permessage-deflate")
     args = parser.parse_args()
     # Thousands of sessions need thousands of descriptors.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.kind == "bare":
-        asyncio.run(serve_bare(args.port, args.max_sessions))
+        run_bare(args.port, args.max_sessions, args.loop)
         return
-    settings: dict[str, Any] = {"log_level": "error", "backlog": 4096, "ws_ping_interval": None}
+    settings: dict[str, Any] = {"log_level": "error"}
+    if not args.kind.endswith("-wait"):
+        # The throughput benchmarks take keepalive pings and the listen backlog out of the
+        # picture; the scaling study's servers run as their users run them.
+        settings.update(backlog=4096, ws_ping_interval=None)
     for key in ("ws", "http", "loop"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     if args.deflate is not None:
         settings["ws_per_message_deflate"] = args.deflate
+    if args.kind.startswith("openenv") and args.loop is not None and args.http is None:
+        settings["http"] = "httptools" if args.loop == "uvloop" else "h11"
     if args.kind == "envsdk-tools":
         from envsdk.server import serve
 
         serve(envsdk_tools_app(args.max_sessions), "127.0.0.1", args.port, **settings)
+        return
+    if args.kind == "envsdk-wait":
+        from bench.openenv_scaling_apps import envsdk_app as wait_app
+        from envsdk.server import serve
+
+        serve(wait_app(args.max_sessions), "127.0.0.1", args.port, **settings)
         return
     if args.kind.startswith("envsdk"):
         from envsdk.server import serve
@@ -143,6 +173,11 @@ def main() -> None:
         return
     import uvicorn
 
+    if args.kind == "openenv-wait":
+        from bench.openenv_scaling_apps import openenv_app as openenv_wait_app
+
+        uvicorn.run(openenv_wait_app(args.max_sessions), host="127.0.0.1", port=args.port, **settings)
+        return
     uvicorn.run(openenv_app(args.max_sessions), host="127.0.0.1", port=args.port, **settings)
 
 

@@ -9,9 +9,16 @@ steps/s; latency is per request. Levels are interleaved server by server so that
 machine's noise hits all three alike.
 
 Besides wall-clock steps/s (noisy on a shared machine) each row reports the server's CPU time
-per step (user + system, from /proc), which depends far less on what else runs on the box.
+per step (user + system, from /proc), which depends far less on what else runs on the box, and
+the server's CPU share (its CPU time over the wall time): a single-threaded server near 100 %
+is saturated, so the load generator, not the server, was not the limit.
+
+``--loops asyncio uvloop`` runs every server once per event loop (the bare server's included;
+`bench.servers`), interleaved; ratios compare servers on the same loop. ``--client-loop`` picks
+the load generator's.
 
     python -m bench trivial --levels 1 16 256 1024 4096 --duration 5 --out bench/RESULTS.md
+    python -m bench trivial --levels 256 1024 --loops asyncio uvloop --rounds 2 --out bench/RESULTS.md
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from array import array
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+
+from bench.servers import LOOPS
 
 RESET = json.dumps({"type": "reset", "data": {}})
 STEP = json.dumps({"type": "step", "data": {"message": "hello"}})
@@ -63,6 +72,7 @@ class LevelResult:
 
     kind: str
     sessions: int
+    loop: str = "asyncio"
     steps: int = 0
     errors: int = 0
     connected: int = 0
@@ -84,6 +94,11 @@ class LevelResult:
     @property
     def cpu_us_per_step(self) -> float:
         return 1e6 * self.server_cpu_s / self.steps if self.steps else float("nan")
+
+    @property
+    def server_cpu_share(self) -> float:
+        """The server process's CPU time over the wall time (1.0: one core busy all along)."""
+        return self.server_cpu_s / self.elapsed_s if self.elapsed_s else float("nan")
 
     @property
     def client_cpu_share(self) -> float:
@@ -127,6 +142,17 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def event_loop_of(pid: int) -> str:
+    """``uvloop`` when process `pid` has uvloop's extension mapped (uvicorn and the bare server
+    import it only to run on it), else ``asyncio``; with ``+httptools`` when httptools' parser is
+    mapped too."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    return ("uvloop" if "/uvloop/" in maps else "asyncio") + ("+httptools" if "/httptools/" in maps else "")
 
 
 def thread_switches(pid: int) -> tuple[int, int]:
@@ -228,24 +254,30 @@ async def _drive(url: str, sessions: int, duration: float, pipe: Connection, ste
     )
 
 
-def _worker(url: str, sessions: int, duration: float, pipe: Connection, step: str) -> None:
+def _worker(url: str, sessions: int, duration: float, pipe: Connection, step: str, loop: str) -> None:
     raise_open_files_limit()
-    asyncio.run(_drive(url, sessions, duration, pipe, step))
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(_drive(url, sessions, duration, pipe, step))
+    else:
+        asyncio.run(_drive(url, sessions, duration, pipe, step))
 
 
 def run_level(
-    kind: str, url: str, sessions: int, duration: float, pid: int, procs: int, step: str = STEP
+    kind: str, url: str, sessions: int, duration: float, pid: int, procs: int, step: str = STEP,
+    client_loop: str = "asyncio",
 ) -> LevelResult:
     """Drive `sessions` sessions of the server at `url` (process `pid`) for `duration` s, from
-    `procs` load-generator processes; every wait is bounded. `step` is the frame each session
-    sends three times after each reset."""
+    `procs` load-generator processes running `client_loop`; every wait is bounded. `step` is the
+    frame each session sends three times after each reset."""
     procs = max(1, min(procs, sessions))
     ctx = mp.get_context("spawn")
     workers = []
     for i in range(procs):
         share = sessions // procs + (1 if i < sessions % procs else 0)
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(url, share, duration, child, step), daemon=True)
+        proc = ctx.Process(target=_worker, args=(url, share, duration, child, step, client_loop), daemon=True)
         proc.start()
         workers.append((proc, parent))
     result = LevelResult(kind, sessions, procs=procs)
@@ -343,7 +375,7 @@ def machine_line() -> str:
 
 
 def _median(results: list[LevelResult]) -> LevelResult:
-    """The run with the median steps/s of several rounds of one (server, sessions) level."""
+    """The run with the median steps/s of several rounds of one (server, loop, sessions) level."""
     median = statistics.median_low(r.steps_per_s for r in results)
     return next(r for r in results if r.steps_per_s == median)
 
@@ -356,29 +388,46 @@ def _ratio(values: list[float]) -> str:
 
 
 def _ratios(mine: list[LevelResult], others: list[LevelResult], measure: str) -> str:
-    """Median (min–max) over the rounds of mine / other's steps/s (`measure` "steps") or CPU
+    """Median (min–max) over the rounds of mine / other's steps/s (`measure` "steps"), p50 or
+    p99 latency ("p50", "p99": other's over mine, so that above 1 is better for mine too) or CPU
     per step ("cpu"), each round against the same round's other server."""
     by_round = {r.round: r for r in others}
-    values = [
-        e.steps_per_s / max(o.steps_per_s, 1e-9) if measure == "steps" else e.cpu_us_per_step / o.cpu_us_per_step
-        for e in mine
-        if (o := by_round.get(e.round)) is not None and o.steps and e.steps
-    ]
+    values: list[float] = []
+    for e in mine:
+        o = by_round.get(e.round)
+        if o is None or not o.steps or not e.steps:
+            continue
+        if measure == "steps":
+            values.append(e.steps_per_s / max(o.steps_per_s, 1e-9))
+        elif measure == "cpu":
+            values.append(e.cpu_us_per_step / o.cpu_us_per_step)
+        else:
+            q = 0.5 if measure == "p50" else 0.99
+            values.append(o.pct(q) / max(e.pct(q), 1e-9))
     return _ratio(values) if values else "–"
 
 
-def render(results: list[LevelResult], levels: list[int], duration: float, command: str, procs: int) -> str:
-    runs: dict[tuple[str, int], list[LevelResult]] = {}
+Key = tuple[str, str, int]
+"""(server kind, event loop, sessions)."""
+
+
+def render(
+    results: list[LevelResult], levels: list[int], duration: float, command: str, procs: int, client_loop: str = "asyncio"
+) -> str:
+    runs: dict[Key, list[LevelResult]] = {}
     for r in results:
-        runs.setdefault((r.kind, r.sessions), []).append(r)
+        runs.setdefault((r.kind, r.loop, r.sessions), []).append(r)
+    loops = [loop for loop in LOOPS if any(r.loop == loop for r in results)]
     rounds = max((len(v) for v in runs.values()), default=1)
     by = {key: _median(value) for key, value in runs.items()}
     lines = [
         "## Trivial environment: envsdk vs OpenEnv vs bare websockets",
         "",
-        "`envsdk` is the default path (a plain sync env: each session's calls on its lane thread); "
-        "`envsdk-awaited` the same with `lane_wait_s=0` (the loop never waits for a lane's call); "
-        "`envsdk-inline` the same env with `INLINE_SYNC` (calls on the event loop).",
+        (
+            "`envsdk` is the default path (a plain sync env: each session's calls on its lane thread); "
+            "`envsdk-awaited` the same with `lane_wait_s=0` (the loop never waits for a lane's call); "
+            "`envsdk-inline` the same env with `INLINE_SYNC` (calls on the event loop)."
+        ),
         "",
         f"Command: `{command}`  ",
         machine_line() + "  ",
@@ -386,10 +435,14 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
         f"Each session loops reset + {STEPS_PER_RESET} steps for {duration:g} s from {procs} load-generator "
         "process(es) (raw `websockets` client, no compression); every request counts as a step. "
         "`server CPU µs/step` is the server process's user+system time divided by the steps; "
-        "`load-gen CPU` is the generator's CPU time over its wall time per process (near 100 %: the "
-        "generator, not the server, set the pace); `loop switches/step` counts the context switches of "
-        "the server's event-loop thread per step, voluntary + involuntary (it blocked, or it was preempted "
-        "while runnable: each is a trip through the kernel that a loop with work never needs)."
+        "`server CPU` is that time over the wall time (100 %: one core busy throughout; the bare server "
+        "and the loop of the others are one thread, so near 100 % means the server, not the load "
+        "generator, set the pace); "
+        "`load-gen CPU` is the generator's CPU time over its wall time per process; `loop switches/step` "
+        "counts the context switches of the server's event-loop thread per step, voluntary + involuntary "
+        "(it blocked, or it was preempted while runnable: each is a trip through the kernel that a loop "
+        "with work never needs). "
+        f"Event loop of every server, bare included: {' and '.join(loops)}; of the load generator: {client_loop}."
         + (
             f" {rounds} rounds, servers interleaved within each round; each row is the round with the "
             "median steps/s, the ratios are medians of the per-round ratios (min–max)."
@@ -397,38 +450,65 @@ def render(results: list[LevelResult], levels: list[int], duration: float, comma
             else ""
         ),
         "",
-        "| sessions | server | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step | load-gen CPU | loop switches/step | server RSS MiB |"
+        "| sessions | server | loop | steps/s | p50 ms | p99 ms | errors | sessions done | server CPU µs/step "
+        "| server CPU | load-gen CPU | loop switches/step | server RSS MiB |"
         + (" steps/s per round |" if rounds > 1 else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds > 1 else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if rounds > 1 else ""),
     ]
     for n in levels:
-        for kind in KINDS:
-            if (kind, n) not in by:
-                continue
-            r = by[(kind, n)]
-            row = (
-                f"| {n} | {kind} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
-                f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {100 * r.client_cpu_share:.0f} % | "
-                f"{r.loop_switches_per_step()} | {r.rss_kib / 1024:.0f} |"
-            )
-            if rounds > 1:
-                row += " " + " / ".join(f"{x.steps_per_s:,.0f}" for x in sorted(runs[(kind, n)], key=lambda x: x.round)) + " |"
-            lines.append(row)
+        for loop in loops:
+            for kind in KINDS:
+                if (kind, loop, n) not in by:
+                    continue
+                r = by[(kind, loop, n)]
+                row = (
+                    f"| {n} | {kind} | {loop} | {r.steps_per_s:,.0f} | {r.pct(0.5):.2f} | {r.pct(0.99):.2f} | {r.errors} | "
+                    f"{r.completed_sessions}/{n} | {r.cpu_us_per_step:.0f} | {100 * r.server_cpu_share:.0f} % | "
+                    f"{100 * r.client_cpu_share:.0f} % | {r.loop_switches_per_step()} | {r.rss_kib / 1024:.0f} |"
+                )
+                if rounds > 1:
+                    per_round = sorted(runs[(kind, loop, n)], key=lambda x: x.round)
+                    row += " " + " / ".join(f"{x.steps_per_s:,.0f}" for x in per_round) + " |"
+                lines.append(row)
     lines += [
         "",
-        "| sessions | envsdk server | / OpenEnv steps/s | / bare steps/s | / bare CPU per step |",
-        "|---|---|---|---|---|",
+        (
+            "Ratios on the same event loop (steps/s: mine / other's; p50 and p99: other's / mine, so above 1 "
+            "is better for envsdk in every column; CPU per step: mine / other's):"
+        ),
+        "",
+        (
+            "| sessions | envsdk server | loop | / OpenEnv steps/s | / OpenEnv p50 | / OpenEnv p99 | / bare steps/s "
+            "| / bare p50 | / bare p99 | / bare CPU per step |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n in levels:
-        for kind in ("envsdk", "envsdk-awaited", "envsdk-inline"):
-            if (kind, n) not in runs:
-                continue
-            mine = runs[(kind, n)]
-            lines.append(
-                f"| {n} | {kind} | {_ratios(mine, runs.get(('openenv', n), []), 'steps')} | "
-                f"{_ratios(mine, runs.get(('bare', n), []), 'steps')} | {_ratios(mine, runs.get(('bare', n), []), 'cpu')} |"
-            )
-    errors = [f"{r.kind}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
+        for loop in loops:
+            for kind in ("envsdk", "envsdk-awaited", "envsdk-inline"):
+                if (kind, loop, n) not in runs:
+                    continue
+                mine = runs[(kind, loop, n)]
+                oe, bare = runs.get(("openenv", loop, n), []), runs.get(("bare", loop, n), [])
+                lines.append(
+                    f"| {n} | {kind} | {loop} | {_ratios(mine, oe, 'steps')} | {_ratios(mine, oe, 'p50')} | "
+                    f"{_ratios(mine, oe, 'p99')} | {_ratios(mine, bare, 'steps')} | {_ratios(mine, bare, 'p50')} | "
+                    f"{_ratios(mine, bare, 'p99')} | {_ratios(mine, bare, 'cpu')} |"
+                )
+    if len(loops) > 1:
+        lines += [
+            "",
+            "uvloop over asyncio, per server (steps/s, median of the per-round ratios):",
+            "",
+            "| sessions | server | uvloop / asyncio steps/s |",
+            "|---|---|---|",
+        ]
+        for n in levels:
+            for kind in KINDS:
+                if (kind, "uvloop", n) in runs and (kind, "asyncio", n) in runs:
+                    ratio = _ratios(runs[(kind, "uvloop", n)], runs[(kind, "asyncio", n)], "steps")
+                    lines.append(f"| {n} | {kind} | {ratio} |")
+    errors = [f"{r.kind}/{r.loop}@{r.sessions}: {r.first_error}" for r in results if r.first_error]
     if errors:
         lines += ["", "First error per failing run: " + "; ".join(errors)]
     return "\n".join(lines) + "\n"
@@ -457,6 +537,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(DEFAULT_KINDS))
     parser.add_argument("--procs", type=int, default=default_procs(), help="load-generator processes")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every level this often (servers interleaved)")
+    parser.add_argument(
+        "--loops", nargs="+", choices=LOOPS, default=["asyncio"],
+        help="event loop(s) of every server, bare included; each server runs once per loop",
+    )
+    parser.add_argument("--client-loop", choices=LOOPS, default="asyncio", help="the load generator's event loop")
     parser.add_argument("--server-arg", action="append", default=[], help="extra argument for bench.servers (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="RESULTS.md to update")
 
@@ -465,30 +550,36 @@ def run(args: argparse.Namespace, command: str) -> list[LevelResult]:
     raise_open_files_limit()
     max_sessions = max(args.levels) + 16
     results: list[LevelResult] = []
-    servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    servers: dict[tuple[str, str], tuple[subprocess.Popen[bytes], str]] = {}
     try:
-        for kind in args.kinds:
-            servers[kind] = start_server(kind, max_sessions, args.server_arg if kind.startswith("envsdk") else None)
+        for loop in args.loops:
+            for kind in args.kinds:
+                extra = ["--loop", loop, *(args.server_arg if kind.startswith("envsdk") else [])]
+                servers[(kind, loop)] = proc, url = start_server(kind, max_sessions, extra)
+                if event_loop_of(proc.pid).split("+")[0] != loop:
+                    stop_server(proc)
+                    raise RuntimeError(f"the {kind} server did not start on {loop}: {event_loop_of(proc.pid)}")
         for rnd in range(max(1, args.rounds)):
             for n in args.levels:
-                for kind in args.kinds:
-                    proc, url = servers[kind]
-                    res = run_level(kind, url, n, args.duration, proc.pid, args.procs)
-                    res.round = rnd
-                    print(
-                        f"{kind:8s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
-                        f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us "
-                        f"load-gen cpu={100 * res.client_cpu_share:3.0f}% loop switches/step={res.loop_switches_per_step()} "
-                        f"errors={res.errors} "
-                        f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
-                        flush=True,
-                    )
-                    results.append(res)
-                    time.sleep(0.5)
+                for loop in args.loops:
+                    for kind in args.kinds:
+                        proc, url = servers[(kind, loop)]
+                        res = run_level(kind, url, n, args.duration, proc.pid, args.procs, client_loop=args.client_loop)
+                        res.round, res.loop = rnd, loop
+                        print(
+                            f"{kind:14s} {loop:7s} n={n:5d} steps/s={res.steps_per_s:9.0f} p50={res.pct(0.5):7.2f}ms "
+                            f"p99={res.pct(0.99):8.2f}ms cpu/step={res.cpu_us_per_step:6.0f}us "
+                            f"server cpu={100 * res.server_cpu_share:3.0f}% load-gen cpu={100 * res.client_cpu_share:3.0f}% "
+                            f"loop switches/step={res.loop_switches_per_step()} errors={res.errors} "
+                            f"done={res.completed_sessions}/{n} {res.first_error[:120]}",
+                            flush=True,
+                        )
+                        results.append(res)
+                        time.sleep(0.5)
     finally:
         for proc, _ in servers.values():
             stop_server(proc)
-    report = render(results, args.levels, args.duration, command, args.procs)
+    report = render(results, args.levels, args.duration, command, args.procs, args.client_loop)
     print(report)
     if args.out:
         write_section(args.out, "## Trivial environment", report)

@@ -67,7 +67,8 @@ def serve(
     SIGINT stops waiting; after a SIGINT the process exits with status 130. `log_level` (one of
     `LOG_LEVELS` in any case, or logging's ``warn``; ValueError otherwise) applies to envsdk's own
     loggers too (`route_envsdk_logs`).
-    Other keyword arguments go to `uvicorn.Config`. Secrets in query
+    Other keyword arguments go to `uvicorn.Config` (an envsdk app's ``loop`` is asyncio unless
+    given). Secrets in query
     strings (``resume_token``, ``token``) and a URL's ``user:password@`` are masked in uvicorn's
     logs (`redact_secrets_in_logs`).
     A port outside 0-65535 raises ValueError; a port another socket listens on `PortInUseError`,
@@ -93,6 +94,10 @@ def serve(
         # permessage-deflate is declined unless asked for: negotiated, it costs ~43 KiB per
         # connection and microseconds per frame on each side (bench/RESULTS.md, "Scale").
         uvicorn_kwargs.setdefault("ws_per_message_deflate", False)
+        # asyncio unless asked (``loop="uvloop"``): uvloop cut the default path's CPU per step by
+        # only 2-7 % on a 2-core machine (`python -m bench trivial --loops asyncio uvloop`), and
+        # uvicorn's "auto" would otherwise switch loops whenever some package installs uvloop.
+        uvicorn_kwargs.setdefault("loop", "asyncio")
         uvicorn_kwargs.setdefault("ws_ping_interval", config.ws_ping_interval_s)
         uvicorn_kwargs.setdefault("ws_ping_timeout", config.ws_ping_timeout_s)
         protocol = request_reply_ws_protocol()
@@ -312,7 +317,7 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
             if self._stall_timer is not None:
                 self._stall_timer.cancel()
                 self._stall_timer = None
-            if not self.read_paused and not self.transport.is_closing():
+            if not self.read_paused and not self._parsing_backlog and not self.transport.is_closing():
                 self.transport.resume_reading()
 
         def _drop_stalled_peer(self) -> None:
@@ -332,13 +337,37 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
         def handle_ping(self) -> None:
             pass  # the pong goes out with the rest of this read's output, in `data_received`
 
+        # Read and not yet parsed. uvloop ignores `max_size`: it reads 256 KiB at a time, up to
+        # 32 reads in a row while the socket has data. Such a read is parsed `_READ_BYTES` per
+        # turn of the loop, reads paused meanwhile, as asyncio's reads of that size would be.
+        _unparsed = b""
+        _parsing_backlog = False
+
         def data_received(self, data: bytes) -> None:
-            # One write per read, not one per ping: a read can hold tens of thousands of pings,
-            # and a write each kept the loop (keepalive timers, other clients) waiting.
+            self._unparsed = self._unparsed + data if self._unparsed else data
+            if not self._parsing_backlog:
+                self._parse_some()
+
+        def _parse_some(self) -> None:
+            if self.transport.is_closing():
+                self._unparsed = b""
+                return
+            data, self._unparsed = self._unparsed[:_READ_BYTES], self._unparsed[_READ_BYTES:]
             super().data_received(data)
+            # One write per slice, not one per ping: a slice can hold thousands of pings, and a
+            # write each kept the loop (keepalive timers, other clients) waiting.
             output = self.conn.data_to_send()
             if output and not self.transport.is_closing():
                 self.transport.write(b"".join(output))
+            if self._unparsed:
+                if not self._parsing_backlog:
+                    self._parsing_backlog = True
+                    self.transport.pause_reading()
+                self.loop.call_soon(self._parse_some)
+            elif self._parsing_backlog:
+                self._parsing_backlog = False
+                if not self.read_paused and not self._writes_blocked and not self.transport.is_closing():
+                    self.transport.resume_reading()
 
         def keepalive_timeout(self) -> None:
             super().keepalive_timeout()
@@ -357,7 +386,7 @@ def request_reply_ws_protocol() -> type[asyncio.Protocol] | None:
             message = await self.queue.get()
             if self.read_paused and self.queue.empty():
                 self.read_paused = False
-                if not self._writes_blocked:
+                if not self._writes_blocked and not self._parsing_backlog:
                     self.transport.resume_reading()
             return message
 

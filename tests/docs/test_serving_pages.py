@@ -195,3 +195,26 @@ def test_replicas_serve_a_pooled_rollout_and_stop_on_sigterm(tmp_path: Path) -> 
         stop_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+async def test_the_thread_bound_declaration_keeps_a_sessions_thread() -> None:
+    # The page's class, as written (its action and observation types stood in by the echo env's):
+    # the server gives its sessions lanes that keep their thread; an undeclared env's park.
+    from envsdk import Environment, State
+    from envsdk.server.executors import Executors
+    from envsdk.testing import EchoAction, EchoObservation
+
+    block = doc_block("docs/scaling.md", "thread-bound")
+    scope: dict[str, Any] = {"Environment": Environment, "State": State, "MyAction": EchoAction,
+                             "MyObservation": EchoObservation}
+    exec(compile(block.text, "docs/scaling.md", "exec"), scope)  # noqa: S102 - the page's own block
+    executors = Executors(max_abandoned_threads=4, lane_idle_s=5.0)
+
+    class Plain(Environment[EchoAction, EchoObservation, State]):  # type: ignore[misc]
+        pass
+
+    try:
+        assert executors.lane(scope["MyEnv"]).keeps_thread is True
+        assert executors.lane(Plain).keeps_thread is False
+    finally:
+        executors.shutdown()
