@@ -684,7 +684,7 @@ class ContainerEngine:
         args = ["import"]
         for change in changes:
             args += ["--change", change]
-        self.call([*args, str(tar), name], timeout=600)
+        self.call([*args, str(Path(tar).absolute()), name], timeout=600)
 
     def remove(self, containers: list[str]) -> int:
         """Kill and remove `containers` (names or ids) and their anonymous volumes, at once
@@ -912,7 +912,8 @@ class ContainerProvider:
         base images its ``FROM`` lines name are made available first
         (`envsdk.sandbox.images.prepare_base`). Raises `ImageBuildError` (it failed, or took
         longer than `timeout_s`, default ``limits.build_timeout_s``) and `ImageUnavailableError`."""
-        context = Path(context)
+        # Absolute: the engine runs in a folder of its own (`ContainerEngine.work_dir`).
+        context = Path(context).absolute()
         path = context / dockerfile
         try:
             text = path.read_text(encoding="utf-8")
@@ -1408,7 +1409,7 @@ class ContainerSandbox:
     def copy_in(self, src: Path, dst: str) -> None:
         """Copy host file or folder `src` to `dst` in the container (`dst` becomes the copy;
         a folder's contents are merged into `dst` when it exists)."""
-        src = Path(src)
+        src = Path(src).absolute()  # the engine runs in a folder of its own
         if not src.exists():
             raise FileNotFoundError(f"copy_in: {src} does not exist")
         self._check_path(dst)
@@ -1425,7 +1426,7 @@ class ContainerSandbox:
         copy; a folder's contents are merged into `dst` when it exists)."""
         self._check_path(src)
         source = src if src.startswith("/") else f"{self.workdir.rstrip('/')}/{src}"
-        dst = Path(dst)
+        dst = Path(dst).absolute()  # the engine runs in a folder of its own
         dst.parent.mkdir(parents=True, exist_ok=True)
         kind = self.bash(f"test -d {shlex.quote(source)}", timeout=self.limits.timeout_s).returncode
         self._engine_call(["cp", f"{self.id}:{source.rstrip('/')}{'/.' if kind == 0 else ''}", str(dst)],

@@ -356,7 +356,8 @@ def _load_base(engine: ContainerEngine, name: str, tar: Path) -> None:
 def _load_archive(engine: ContainerEngine, name: str, archive: Path, source: str) -> str:
     """Load image archive `archive` (``save``'s output) into the store; the image it held."""
     try:
-        result = engine.call(["load", "-i", str(archive)], timeout=600)
+        # Absolute: the engine runs in a folder of its own.
+        result = engine.call(["load", "-i", str(Path(archive).absolute())], timeout=600)
     except ContainerError as exc:
         raise ImageUnavailableError(f"FROM {name}: loading {archive} (named by {source}) failed: {exc}") from None
     loaded = re.search(rb"^Loaded image(?:\(s\))?(?: ID)?: *([^,\s]+)", result.stdout, re.MULTILINE)

@@ -119,6 +119,10 @@ PART_NAME = re.compile(rf"[A-Za-z0-9_.:-]{{1,{_NAME_CHARS}}}", re.ASCII)
 _NAME_SHOWN = 32
 #: Deadline of the verifier's own housekeeping commands (not the tests).
 _SETUP_TIMEOUT_S = 30.0
+#: Deadline of the check of the agent's changes: the engine's list of them takes up to about
+#: 15 s on an idle 2-core machine for changes within the check's budget (deep trees cost most),
+#: so twice that leaves room for a loaded one.
+_CHECK_TIMEOUT_S = 60.0
 # Checks, with the shell's own builtins (no program of the agent's), that /logs and /tests
 # are the engine's tmpfs mounts (exactly one each), empty, as the restart left them, then makes
 # /logs/verifier; its exit status says what was not so (`_NOT_FRESH`).
@@ -184,7 +188,7 @@ class HarborLimits:
     def step_timeout_s(self) -> float:
         """Deadline of one step or tool call: a command, then (when it ended the episode) the
         verifier, with room for restarting the container and copying the tests in."""
-        return self.command_timeout_s + self.max_verifier_timeout_s + 2 * _SETUP_TIMEOUT_S + 60.0
+        return self.command_timeout_s + self.max_verifier_timeout_s + 2 * _SETUP_TIMEOUT_S + _CHECK_TIMEOUT_S + 60.0
 
     def agent_timeout_s(self, task: HarborTask) -> float:
         return min(task.agent_timeout_s or math.inf, self.max_agent_timeout_s)
@@ -344,7 +348,7 @@ def verify(sandbox: ContainerSandbox, task: HarborTask, *, timeout_s: float, tam
     started = time.monotonic()
     if not tamper_check:
         sandbox.stop_processes()
-    elif tampered := tamper.check(sandbox, task.verifier_env, timeout_s=_SETUP_TIMEOUT_S):
+    elif tampered := tamper.check(sandbox, task.verifier_env, timeout_s=_CHECK_TIMEOUT_S):
         logger.warning("task %s: %s (%d path%s in all)", task.name, tamper.describe(tampered), len(tampered),
                        "" if len(tampered) == 1 else "s")
         logger.debug("task %s: the paths: %s", task.name, tampered)

@@ -70,6 +70,7 @@ folder a protected link names holds.
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import json
 import os
@@ -182,6 +183,15 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_QUESTIONS = 1024
 #: Links followed in resolving one path, as the kernel allows (past it: ELOOP).
 MAX_LINKS = 40
+#: The most parts of link targets walked in resolving every link of the agent's (about half a
+#: second): links made to cost more than that (long chains of long targets) are not judged.
+LINK_PARTS_BUDGET = 1_000_000
+#: Stands for the agent's links when resolving them would take more than `LINK_PARTS_BUDGET`.
+TOO_MANY_LINKS = "/ (links too many or too long to check)"
+
+
+class TooManyLinks(Exception):
+    """Resolving the agent's links walked more than its budget of parts."""
 #: Where the verifier puts what the tests bring and write, after this check: the tests (with the
 #: expected outputs they keep) and the reward's folder. No link of the agent's may lead there: a
 #: test that reads the agent's output through it would compare its expected file with itself.
@@ -372,26 +382,35 @@ class ImageLinks:
         """The bytes of `PROBE`'s answer that listed these links."""
         return sum(len(os.fsencode(path)) + len(os.fsencode(target)) + 4 for path, target in self.targets.items())
 
-    def resolve(self, link: str) -> list[str]:
+    def resolve(self, link: str, *, climbs: list[str] | None = None, budget: list[int] | None = None) -> list[str]:
         """The paths resolving `link` passes by after it, in order, as the kernel walks them:
         each folder and link (``..`` goes back to a folder already passed); the last is what
-        it names. At most `MAX_LINKS` links are followed."""
+        it names. At most `MAX_LINKS` links are followed. `climbs`, when given, gets each
+        folder a ``..`` went up from. Linear in the length of the targets (a deque of their
+        parts: a target of thousands of slashes costs no more than its length). `budget`, when
+        given, is a one-item list of the parts still allowed to be walked, shared by calls:
+        `TooManyLinks` once it is spent."""
         passed: list[str] = []
         current = link.rpartition("/")[0]
-        todo: list[str] = []
+        todo: collections.deque[str] = collections.deque()
         target: str | None = self.targets[link]
         followed = 0
         while target is not None:
             followed += 1
             if target.startswith("/"):
                 current = ""
-            todo[:0] = target.split("/")
+            parts = [part for part in target.split("/") if part not in ("", ".")]
+            if budget is not None:
+                budget[0] -= len(parts)
+                if budget[0] < 0:
+                    raise TooManyLinks
+            todo.extendleft(reversed(parts))
             target = None
             while todo and target is None:
-                part = todo.pop(0)
-                if part in ("", "."):
-                    continue
+                part = todo.popleft()
                 if part == "..":
+                    if climbs is not None:
+                        climbs.append(current)
                     current = current.rpartition("/")[0]
                     continue
                 path = f"{current}/{part}"
@@ -640,8 +659,9 @@ def second_look_script(look: FirstLook, links_file: str | None = None, links_byt
                      + " ".join(shlex.quote(f) for f in look.kept) + " 2>/dev/null")
     if look.passwd:
         lines.append(
-            "while IFS=: read -r n _ u _; do if [ \"$n\" != root ] && [[ $u =~ ^0+$ ]]; then printf 'U\\0'; fi; "
-            "done 2>/dev/null < /etc/passwd"
+            # Every uid but a plain number under 2^32 goes to the host to be read as glibc reads it.
+            "while IFS=: read -r n _ u _; do if [ \"$n\" != root ] && ! [[ $u =~ ^[1-9][0-9]{0,8}$ ]]; then "
+            "printf 'U:%s\\0' \"$u\"; fi; done 2>/dev/null < /etc/passwd"
         )
     if links_file is not None:
         # Not into the folders protected whole: they are the image's (else the first look found them changed).
@@ -652,6 +672,19 @@ def second_look_script(look: FirstLook, links_file: str | None = None, links_byt
         )
     lines.append("printf 'END\\0'")
     return "\n".join(lines) + "\n"
+
+
+def reads_as_uid_zero(field: str) -> bool:
+    """Whether glibc reads uid field `field` of /etc/passwd as 0 (root): it reads it with
+    ``strtoul`` (leading blanks, a sign, decimal digits; a minus negates modulo 2^64) into a
+    32-bit uid, so ``0``, ``00``, ``+0``, `` 0``, ``-0`` and ``4294967296`` all name root."""
+    match = re.fullmatch(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)", field)
+    if match is None:
+        return False  # text after the number: the line is no account
+    value = int(match.group(2))
+    if value >= 1 << 64:
+        return False  # strtoul gives its largest value
+    return (-value if match.group(1) == "-" else value) % (1 << 32) == 0
 
 
 def second_look(look: FirstLook, output: bytes) -> list[str]:
@@ -670,8 +703,9 @@ def second_look(look: FirstLook, output: bytes) -> list[str]:
             continue
         if record.startswith("P") and record[1:].isdigit():
             tampered.append(look.plugins[int(record[1:])])
-        elif record == "U":
-            tampered.append("/etc/passwd")
+        elif record.startswith("U:"):
+            if reads_as_uid_zero(record[2:]) and "/etc/passwd" not in tampered:
+                tampered.append("/etc/passwd")
         elif record in ("F", "K", "M"):
             current = record
         elif current == "F":
@@ -718,10 +752,18 @@ def links_out_of_bounds(image: ImageLinks, container: ImageLinks) -> list[str]:
     kept = {link: target for link, target in image.targets.items() if any(_under(link, f) for f in _PRUNED)}
     every = ImageLinks({**DEVICE_LINKS, **kept, **container.targets})
     found: list[str] = []
+    budget = [LINK_PARTS_BUDGET]
     for link, target in container.targets.items():
         if image.targets.get(link) == target:
             continue
-        if any(_out_of_bounds(path) for path in (link, *every.resolve(link))):
+        climbs: list[str] = []
+        try:
+            passed = every.resolve(link, climbs=climbs, budget=budget)
+        except TooManyLinks:
+            return [*found, TOO_MANY_LINKS]
+        # Going up out of a folder in /proc: the kernel's own links there (/proc/net is
+        # self/net, /proc/thread-self a task's folder) lead elsewhere than their text says.
+        if any(_out_of_bounds(path) for path in (link, *passed)) or any(_under(c, "/proc") for c in climbs):
             found.append(link)
     return found
 

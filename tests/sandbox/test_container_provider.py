@@ -152,6 +152,30 @@ def test_concurrent_builds_of_the_same_content_build_once(
         engine.call(["rmi", "-f", *set(refs)], timeout=60, check=False)
 
 
+def test_relative_host_paths_are_read_from_the_callers_folder(
+    container_provider: ContainerProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    # The engine runs in a folder of its own (conmon writes files there), so a relative build
+    # folder or copied file must be the caller's: as `envsdk rollout --tasks servers/harbor/tasks`
+    # passes it from the clone.
+    monkeypatch.chdir(tmp_path)
+    token = secrets.token_hex(6)
+    Path("context").mkdir()
+    Path("context", "Dockerfile").write_text(f"FROM {BASE}\nLABEL envsdk.test={token}\nCOPY greeting /greeting\n")
+    Path("context", "greeting").write_text("hello\n")
+    Path("input.txt").write_text("in\n")
+    image = container_provider.build_image(Path("context"), name="relative")
+    box = container_provider.start(image)
+    try:
+        box.copy_in(Path("input.txt"), "/root/input.txt")
+        box.copy_out("/greeting", Path("out", "greeting"))
+        assert box.bash("cat /root/input.txt").stdout == b"in\n"
+        assert (tmp_path / "out" / "greeting").read_text() == "hello\n"
+    finally:
+        box.close()
+        container_provider.engine.call(["rmi", "-f", image], timeout=60, check=False)
+
+
 def test_build_past_its_deadline_is_one_line_and_leaves_nothing_running(
     container_provider: ContainerProvider, tmp_path: Path,  # noqa: F811
 ) -> None:

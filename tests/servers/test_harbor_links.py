@@ -11,13 +11,17 @@ in (``/``, those above a protected path, with their ACLs) must stay root's.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from servers.harbor.tamper import (
+    TOO_MANY_LINKS,
     ImageLinks,
     Surface,
     first_look,
     links_out_of_bounds,
+    reads_as_uid_zero,
     second_look,
     second_look_script,
 )
@@ -64,6 +68,10 @@ def _out_of_bounds(*added: tuple[str, str]) -> list[str]:
     ([("/root/out", "/dev/fd/3")], ["/root/out"]),  # the engine's /dev/fd is /proc/self/fd
     ([("/root/out", "/dev/stdin")], ["/root/out"]),
     ([("/root/p", "/proc"), ("/root/out", "/root/p/self/root/tests/x")], ["/root/out"]),
+    # The kernel's own links in /proc lead elsewhere than their text: /proc/net is self/net, so
+    # /proc/net/../root is /proc/self/root; going up out of /proc's folders is refused.
+    ([("/data/summary.json", "/proc/net/../root/tests/expected.json")], ["/data/summary.json"]),
+    ([("/data/summary.json", "/proc/thread-self/../../root/tests/expected.json")], ["/data/summary.json"]),
     # An image's link pointed elsewhere by the agent.
     ([("/var/run", "/tests")], ["/var/run"]),
 ])
@@ -121,3 +129,23 @@ def test_the_modes_of_slash_and_of_folders_above_a_protected_path_are_asked() ->
         assert second_look(look, answer) == found, listed
     answer = b"F\0/etc\0/var\0/var/lib\0/\0M\0drwxr-xr-x 0 0\0drwxr-xr-x 0 0\0drwxr-xr-x+ 0 0\0dr-xr-xr-x 0 0\0END\0"
     assert second_look(look, answer) == ["/var/lib"]
+
+
+def test_links_made_to_cost_more_than_their_budget_are_not_judged_but_refused() -> None:
+    # Two targets of thousands of parts, and many links through them: resolving is linear in
+    # the parts walked, and past the budget the links stand as one refused path.
+    far = "/".join([".."] * 3000) + "/app/x"
+    many = [("/app/a", far), ("/app/b", far)] + [(f"/app/l{i}", "/app/a" if i % 2 else "/app/b") for i in range(2000)]
+    started = time.monotonic()
+    found = _out_of_bounds(*many)
+    assert found[-1] == TOO_MANY_LINKS and time.monotonic() - started < 30  # about a second, generously bounded
+    # Within the budget the same shape is judged: a few of them lead nowhere out of bounds.
+    assert _out_of_bounds(*many[:4]) == []
+
+
+@pytest.mark.parametrize(("field", "root"), [
+    ("0", True), ("00", True), ("+0", True), (" 0", True), ("-0", True), ("4294967296", True), ("-4294967296", True),
+    ("65534", False), ("1", False), ("-1", False), ("0x0", False), ("0 ", False), ("", False), ("18446744073709551616", False),
+])
+def test_a_uid_field_is_read_as_glibc_reads_it(field: str, root: bool) -> None:
+    assert reads_as_uid_zero(field) is root

@@ -154,6 +154,8 @@ ATTACKS: dict[str, tuple[str, list[str]]] = {
     ),
     # What the second look finds in the container started again.
     "nobody given uid 0": ("sed -i 's/^nobody:x:65534:/nobody:x:0:/' /etc/passwd", ["/etc/passwd"]),
+    # glibc reads the uid with strtoul: a sign or a blank before 0 is root too.
+    "nobody given uid +0": ("sed -i 's/^nobody:x:65534:/nobody:x:+0:/' /etc/passwd", ["/etc/passwd"]),
     "a /usr/local/bin anyone may write to": ("chmod 777 /usr/local/bin && touch /usr/local/bin/mine", ["/usr/local/bin"]),
     "/usr/local/bin replaced by a link": (
         "mkdir /opt/bin && cp -a /usr/local/bin/. /opt/bin/ && rm -rf /usr/local/bin && ln -s /opt/bin /usr/local/bin",
@@ -321,7 +323,10 @@ def test_the_second_look_reads_the_containers_answer() -> None:
     assert second_look(look, b"F\0/usr/local/bin\0/\0M\0drwxrwxr-x 0 0\0dr-xr-xr-x 0 0\0END\0") == []
     with pytest.raises(ValueError, match="mode"):
         second_look(look, b"F\0/usr/local/bin\0/\0M\0drwxr-xr-x 0 0\0END\0")
-    assert second_look(look, b"U\0END\0") == ["/etc/passwd"]
+    # An account's uid field as the container has it, read on the host as glibc reads it.
+    assert second_look(look, b"U:+0\0END\0") == ["/etc/passwd"]
+    assert second_look(look, b"U:65534x\0U:4294967296\0END\0") == ["/etc/passwd"]
+    assert second_look(look, b"U:0065534\0END\0") == []
     with pytest.raises(ValueError, match="cut short"):
         second_look(look, b"S0\0/usr/bin/grep\0")
 

@@ -23,28 +23,13 @@ from pathlib import Path
 import pytest
 
 from envsdk.sandbox.container import ContainerProvider
-from servers.harbor import HarborEnvironment, HarborLimits, HarborTasks, Verdict, verify
+from servers.harbor import HarborEnvironment, HarborTasks, Verdict, verify
 from servers.harbor.tasks import HarborTask, TaskError
 from tests._containers import container_engine, container_provider, requires_containers  # noqa: F401 - fixtures
+from tests.servers.test_harbor_tamper import LIMITS, TASK_TOML
 
 pytestmark = [requires_containers, pytest.mark.timeout(300)]
 
-LIMITS = HarborLimits(command_timeout_s=20.0, max_verifier_timeout_s=30.0, max_memory_mb=512, max_storage_mb=512)
-
-TASK_TOML = """version = "1.0"
-
-[verifier]
-timeout_sec = 30.0
-
-[agent]
-timeout_sec = 120.0
-
-[environment]
-build_timeout_sec = 120.0
-cpus = 1
-memory_mb = 256
-storage_mb = 256
-"""
 # The agent's program runs as nobody first (its output captured), then root compares it with the
 # expected number; the reward is written at exit whatever happens.
 TEST_SH = """#!/bin/bash
