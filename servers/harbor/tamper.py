@@ -183,9 +183,13 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_QUESTIONS = 1024
 #: Links followed in resolving one path, as the kernel allows (past it: ELOOP).
 MAX_LINKS = 40
-#: The most parts of link targets walked in resolving every link of the agent's (about half a
-#: second): links made to cost more than that (long chains of long targets) are not judged.
-LINK_PARTS_BUDGET = 1_000_000
+#: The most characters of link targets and of paths passed in resolving every link of the
+#: agent's (about a second, a few MB): links made to cost more than that (long chains of long
+#: targets, deep folders) are not judged but refused.
+LINK_PARTS_BUDGET = 4_000_000
+#: Filesystems of the kernel's, whose own links are not listed: going up (``..``) out of one of
+#: their folders is refused.
+KERNEL_FOLDERS = ("/proc", "/sys", "/dev")
 #: Stands for the agent's links when resolving them would take more than `LINK_PARTS_BUDGET`.
 TOO_MANY_LINKS = "/ (links too many or too long to check)"
 
@@ -399,11 +403,11 @@ class ImageLinks:
             followed += 1
             if target.startswith("/"):
                 current = ""
-            parts = [part for part in target.split("/") if part not in ("", ".")]
             if budget is not None:
-                budget[0] -= len(parts)
+                budget[0] -= len(target)
                 if budget[0] < 0:
                     raise TooManyLinks
+            parts = [part for part in target.split("/") if part not in ("", ".")]
             todo.extendleft(reversed(parts))
             target = None
             while todo and target is None:
@@ -415,6 +419,10 @@ class ImageLinks:
                     continue
                 path = f"{current}/{part}"
                 passed.append(path)
+                if budget is not None:
+                    budget[0] -= len(path)
+                    if budget[0] < 0:
+                        raise TooManyLinks
                 target = self.targets.get(path) if followed < MAX_LINKS else None
                 if target is None:
                     current = path
@@ -761,9 +769,12 @@ def links_out_of_bounds(image: ImageLinks, container: ImageLinks) -> list[str]:
             passed = every.resolve(link, climbs=climbs, budget=budget)
         except TooManyLinks:
             return [*found, TOO_MANY_LINKS]
-        # Going up out of a folder in /proc: the kernel's own links there (/proc/net is
-        # self/net, /proc/thread-self a task's folder) lead elsewhere than their text says.
-        if any(_out_of_bounds(path) for path in (link, *passed)) or any(_under(c, "/proc") for c in climbs):
+        # Going up out of a folder of the kernel's (/proc, /sys, /dev): its own links there
+        # (/proc/net is self/net, /sys/.../subsystem a class folder) lead elsewhere than their
+        # text says, and they are not among the links listed.
+        if any(_out_of_bounds(path) for path in (link, *passed)) or any(
+            _under(c, folder) for c in climbs for folder in KERNEL_FOLDERS
+        ):
             found.append(link)
     return found
 
@@ -805,6 +816,9 @@ class ChangeBudget:
 
     entries: int = 200_000
     levels: int = 1_200_000
+    #: The longest path, in bytes: the engine reads each under its own folder on the host, and
+    #: past the system's 4,096 bytes its list fails ("file name too long").
+    path_bytes: int = 3_072
     depth: int = 128
     seconds: float = 10.0
 
@@ -895,6 +909,11 @@ def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float
         else:
             if over is not None:
                 return [over]
+            # The engine reads the accounts to start the container again: one made a folder or a
+            # FIFO makes that fail or hang, the agent's doing.
+            odd = [f"/{name}" for name in ACCOUNT_FILES if not _plain_or_absent(os.path.join(upper, name))]
+            if odd:
+                return [f"{path} (not a plain file)" for path in odd]
     started = time.monotonic()
     try:
         changes = sandbox.changes(timeout=timeout_s, max_bytes=CHANGES_BYTES)
@@ -947,6 +966,17 @@ def _upper_folder(sandbox: ContainerSandbox, timeout_s: float) -> str | None:
     return folder if found.returncode == 0 and folder.startswith("/") and os.path.isdir(folder) else None
 
 
+#: The files the engine reads in the container to start it (users and groups).
+ACCOUNT_FILES = ("etc/passwd", "etc/group")
+
+
+def _plain_or_absent(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
 def measure_changes(folder: str, budget: ChangeBudget, *, max_bytes: int = CHANGES_BYTES) -> str | None:
     """Walk `folder`, a container's upper layer (what was added, changed or deleted in it, kept
     by the engine on the host), no further than `budget` and `max_bytes` of paths (the size of
@@ -964,6 +994,9 @@ def measure_changes(folder: str, budget: ChangeBudget, *, max_bytes: int = CHANG
                 entries += 1
                 levels += depth + 1
                 size += len(path) + 4  # quoted and separated in the engine's list
+                if len(path) > budget.path_bytes:
+                    top = "/".join(os.fsdecode(path).split("/")[:3])
+                    return f"{top} (a path longer than {budget.path_bytes} bytes: too long to check)"
                 if depth + 1 > budget.depth:
                     top = "/".join(os.fsdecode(path).split("/")[:3])
                     return f"{top} (folders nested more than {budget.depth} deep: too deep to check)"

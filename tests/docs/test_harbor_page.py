@@ -51,7 +51,8 @@ def test_the_set_up_script_run_again_only_checks() -> None:
 @pytest.mark.timeout(600)
 def test_the_do_nothing_agent_scores_zero_on_every_task(tmp_path: Path) -> None:
     line = commands(doc_block("docs/harbor.md", "harbor-rollout"))[1]
-    assert line.endswith("--policy noop")
+    # After the oracle's line, from the same folder: it replaces that run's completions.jsonl.
+    assert line.endswith("--policy noop --overwrite")
     args = substitute(line, {"servers/harbor/tasks": str(TASKS)}).split()[1:]
     ran = envsdk(*args, "--no-progress", cwd=tmp_path, timeout=540)
     assert ran.returncode == 0, ran.stderr[-3000:]

@@ -59,8 +59,8 @@ def test_folders_nested_too_deep_are_named_at_once(tmp_path: Path, nest: Callabl
     started = time.monotonic()
     assert measure_changes(str(tmp_path), ChangeBudget()) == "/root/a (folders nested more than 128 deep: too deep to check)"
     assert time.monotonic() - started < 5
-    assert measure_changes(str(tmp_path), ChangeBudget(depth=2000)) == TOO_MANY_CHANGES  # 1.8 million levels
-    assert measure_changes(str(tmp_path), ChangeBudget(depth=2000, levels=2_000_000)) is None
+    assert measure_changes(str(tmp_path), ChangeBudget(depth=2000, path_bytes=8192)) == TOO_MANY_CHANGES  # 1.8 million levels
+    assert measure_changes(str(tmp_path), ChangeBudget(depth=2000, levels=2_000_000, path_bytes=8192)) is None
 
 
 @pytest.mark.parametrize("budget", [ChangeBudget(entries=99), ChangeBudget(levels=150), ChangeBudget(seconds=0.0)])
@@ -79,6 +79,18 @@ def test_paths_longer_than_the_engines_list_may_be_are_too_many_changes(tmp_path
         (long / f"{'x' * 200}{index}").touch()
     assert measure_changes(str(tmp_path), ChangeBudget(), max_bytes=1 << 20) is None
     assert measure_changes(str(tmp_path), ChangeBudget(), max_bytes=4096) == TOO_MANY_CHANGES
+
+
+def test_a_path_too_long_for_the_engine_is_refused_by_its_length(tmp_path: Path) -> None:
+    # 16 folders of 250-byte names: 4 KB, past what the engine can read under its own folder
+    # ("file name too long": an episode error, the agent's doing), though only 16 deep.
+    folder = tmp_path
+    for i in range(16):
+        folder = folder / (chr(ord("a") + i) * 250)
+        folder.mkdir()
+    said = measure_changes(str(tmp_path), ChangeBudget())
+    assert said is not None and said.endswith("(a path longer than 3072 bytes: too long to check)"), said
+    assert said.startswith("/" + "a" * 250 + "/" + "b" * 250)
 
 
 def test_a_folder_that_cannot_be_read_is_an_oserror(tmp_path: Path) -> None:

@@ -72,6 +72,10 @@ def _out_of_bounds(*added: tuple[str, str]) -> list[str]:
     # /proc/net/../root is /proc/self/root; going up out of /proc's folders is refused.
     ([("/data/summary.json", "/proc/net/../root/tests/expected.json")], ["/data/summary.json"]),
     ([("/data/summary.json", "/proc/thread-self/../../root/tests/expected.json")], ["/data/summary.json"]),
+    # So do /sys's: subsystem/../../.. under /sys/devices/virtual/net/lo is / for the kernel.
+    ([("/data/summary.json", "/sys/devices/virtual/net/lo/subsystem/../../../tests/expected.json")],
+     ["/data/summary.json"]),
+    ([("/root/d", "/dev/disk/by-id/x/../../../../tests")], ["/root/d"]),
     # An image's link pointed elsewhere by the agent.
     ([("/var/run", "/tests")], ["/var/run"]),
 ])
