@@ -54,6 +54,7 @@ from bench.trivial import (
     rss_kib,
     start_server,
     versions,
+    wait_listening,
     write_section,
 )
 from envsdk.testing import EchoEnvironment
@@ -149,18 +150,7 @@ def start_cli_server(kind: str, max_sessions: int, log: Any) -> tuple[subprocess
          "--max-concurrent-envs", str(max_sessions), "--log-level", "warning", "--no-web"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} server exited with {proc.returncode} at start")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise TimeoutError(f"{kind} server did not start within 60 s")
+    wait_listening(proc, port, kind)
     return proc, f"ws://127.0.0.1:{port}/ws"
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -332,20 +333,26 @@ def start_server(kind: str, max_sessions: int, extra_args: list[str] | None = No
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    wait_listening(proc, port, kind, lambda: proc.stderr.read().decode() if proc.stderr else "")
+    time.sleep(0.3)
+    return proc, f"ws://127.0.0.1:{port}/ws"
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, kind: str, said: Callable[[], str] = str) -> None:
+    """Wait until server `proc` (`kind`) accepts connections on `port` of 127.0.0.1, for up to
+    60 s: `RuntimeError` (with what `said` returns) if it exits first, `TimeoutError` (and it is
+    killed) if it never does."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{kind} server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            raise RuntimeError(f"{kind} server exited with {proc.returncode} at start: {said()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
+                return
         except OSError:
             time.sleep(0.1)
-    else:
-        proc.kill()
-        raise TimeoutError(f"{kind} server did not start within 60 s")
-    time.sleep(0.3)
-    return proc, f"ws://127.0.0.1:{port}/ws"
+    proc.kill()
+    raise TimeoutError(f"{kind} server did not start within 60 s")
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:

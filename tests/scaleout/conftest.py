@@ -25,3 +25,14 @@ def echo_servers() -> Iterator[Callable[..., list[str]]]:
             return [stack.enter_context(running_server(echo_app(c))) for c in capacities]
 
         yield start
+
+
+@pytest.fixture(scope="module")
+def ray_runtime() -> Iterator[None]:
+    """A local Ray runtime for one test module (the tests that use it import ray or skip)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    try:
+        yield
+    finally:
+        ray.shutdown()

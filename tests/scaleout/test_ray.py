@@ -10,7 +10,6 @@ import json
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,15 +22,6 @@ from envsdk.policies import SudokuOraclePolicy
 from envsdk.policies.base import Message
 from envsdk.ray import RayReplicas, start_replicas
 from envsdk.schedulers import SudokuScheduler, Trajectory
-
-
-@pytest.fixture(scope="module")
-def ray_runtime() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _rows(seeds: range) -> list[RolloutRequest]:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,6 @@ class SlowOracle(SudokuOraclePolicy):
         await asyncio.sleep(0.1)
         return await super().act(messages)
 '''
-
-
-@pytest.fixture(scope="module")
-def ray_runtime() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _get(url: str) -> str:
