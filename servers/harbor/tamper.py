@@ -190,6 +190,8 @@ LINK_PARTS_BUDGET = 4_000_000
 #: Filesystems of the kernel's, whose own links are not listed: going up (``..``) out of one of
 #: their folders is refused.
 KERNEL_FOLDERS = ("/proc", "/sys", "/dev")
+#: Stands for every path when the container cannot be started again from the agent's files.
+NOT_RESTARTED = "/ (the container could not be started again from the agent's files)"
 #: Stands for the agent's links when resolving them would take more than `LINK_PARTS_BUDGET`.
 TOO_MANY_LINKS = "/ (links too many or too long to check)"
 
@@ -928,7 +930,12 @@ def check(sandbox: ContainerSandbox, env: Mapping[str, str], *, timeout_s: float
     look = first_look(changes, surface, links)
     if look.tampered:
         return _leaves(look.tampered)
-    sandbox.stop_processes()
+    try:
+        sandbox.stop_processes()
+    except ContainerError:
+        # Started again from the agent's files (its working folder, its accounts, ...): a start
+        # that fails now is the agent's doing, whatever it broke, and nothing can be checked.
+        return [NOT_RESTARTED]
     if look.questions > MAX_QUESTIONS:
         return _leaves(look.asked)
     # As much as read_file takes, which must hold the image's own links at least.

@@ -158,6 +158,8 @@ ATTACKS: dict[str, tuple[str, list[str]]] = {
     "nobody given uid +0": ("sed -i 's/^nobody:x:65534:/nobody:x:+0:/' /etc/passwd", ["/etc/passwd"]),
     # The engine reads the accounts to start the container again: a folder there made it fail.
     "/etc/group a folder": ("rm /etc/group && mkdir /etc/group", ["/etc/group (not a plain file)"]),
+    # Anything else the engine needs to start it again (here its working folder): 0.0 too.
+    "the working folder a file": ("rm -rf /app && touch /app", [tamper.NOT_RESTARTED]),
     "a /usr/local/bin anyone may write to": ("chmod 777 /usr/local/bin && touch /usr/local/bin/mine", ["/usr/local/bin"]),
     "/usr/local/bin replaced by a link": (
         "mkdir /opt/bin && cp -a /usr/local/bin/. /opt/bin/ && rm -rf /usr/local/bin && ln -s /opt/bin /usr/local/bin",
