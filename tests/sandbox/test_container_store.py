@@ -118,7 +118,13 @@ def test_a_start_past_the_store_is_refused_in_one_line_and_filled_disks_leave_th
             filled = box.bash("dd if=/dev/zero of=/fill bs=1M count=1000 status=none", timeout=30)
             assert filled.returncode == 128 + signal.SIGKILL, filled
         assert _store_free(engine) > 16 * MIB
-        assert second.bash("rm -f /fill; head -c 4M /dev/zero > /small && echo ok").stdout == b"ok\n"
+        # At its budget, a new process of the container may be killed out of memory before it
+        # frees anything (as the provider says): the rm is tried again until it runs, then the
+        # container is usable.
+        for _ in range(5):
+            if second.bash("rm -f /fill").returncode == 0:
+                break
+        assert second.bash("head -c 4M /dev/zero > /small && echo ok").stdout == b"ok\n"
         assert len(_names(engine)) == 2
 
         # A start waits for room: the first closing a second later lets the third in.
