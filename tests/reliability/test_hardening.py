@@ -246,9 +246,12 @@ def _dropped_within(raw: RawWebSocket, seconds: float) -> bool:
 
 
 @pytest.mark.timeout(90)
-def test_unread_pings_cost_bounded_memory_and_the_peer_loses_its_slot(tmp_path):
+@pytest.mark.parametrize("module", ["envsdk.cli", "reliability.uvloop_echo"], ids=["asyncio", "uvloop"])
+def test_unread_pings_cost_bounded_memory_and_the_peer_loses_its_slot(tmp_path, module):
+    if module != "envsdk.cli":
+        pytest.importorskip("uvloop")
     flood_s = 5.0
-    with bounded_server(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE) as server:
+    with bounded_server(ECHO, tmp_path / "server.log", env=FAST_KEEPALIVE, module=module) as server:
         raw = RawWebSocket(server.port, rcvbuf=4096)
         assert raw.status == 101
         raw.send_text(json.dumps({"type": "reset", "data": {}}))
