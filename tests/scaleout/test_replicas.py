@@ -151,19 +151,23 @@ def test_a_replicas_file_that_cannot_be_written_is_refused_before_any_replica_st
 
 @contextlib.contextmanager
 def supervisor_process(
-    urls_file: Path, *options: str
+    urls_file: Path, *options: str, target: str = "envsdk.testing:EchoEnvironment",
+    env: dict[str, str] | None = None, output: Path | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], list[dict[str, Any]]]]:
-    """`envsdk serve EchoEnvironment --replicas 2` writing `urls_file`, once the file is there:
-    (the supervisor, the replicas it lists). Whatever is left of either is killed on the way out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envsdk.cli", "serve", "envsdk.testing:EchoEnvironment", *options,
-         "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    """`envsdk serve TARGET --replicas 2` writing `urls_file`, once the file is there: (the
+    supervisor, the replicas it lists); its environment `env` (else this process's), its output
+    to file `output` (else nowhere). Whatever is left of either is killed on the way out."""
+    with contextlib.ExitStack() as files:
+        sink = files.enter_context(output.open("wb")) if output is not None else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "envsdk.cli", "serve", target, *options,
+             "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
+            env=env, stdout=sink, stderr=subprocess.STDOUT if output is not None else subprocess.DEVNULL,
+        )
     pids: list[int] = []
     try:
         _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
-        assert proc.poll() is None, "the supervisor exited while starting"
+        assert proc.poll() is None, output.read_text() if output is not None else "the supervisor exited while starting"
         replicas = _read(urls_file)["replicas"]
         pids = [r["pid"] for r in replicas]
         yield proc, replicas

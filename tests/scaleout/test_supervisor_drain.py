@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from reliability.envs import CLOSE_LOG_ENV
 from envsdk.client import EnvClient, Keepalive, Retry
 from envsdk.errors import SessionLostError
 
-from .test_replicas import _alive, _read, _wait_for
+from .test_replicas import _alive, supervisor_process
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 
@@ -46,26 +45,10 @@ def close_logging_supervisor(
         CLOSE_LOG_ENV: str(close_log),
         "ENVSDK_WEB": "0",
     }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "envsdk.cli", "serve", "reliability.envs:CloseLoggingEnvironment",
-             "--replicas", "2", "--replicas-file", str(urls_file), "--log-level", "warning"],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    pids: list[int] = []
-    try:
-        _wait_for(lambda: urls_file.exists() or proc.poll() is not None, 60, "the replicas file")
-        assert proc.poll() is None, log.read_text()
-        replicas = _read(urls_file)["replicas"]
-        pids = [r["pid"] for r in replicas]
+    with supervisor_process(
+        urls_file, target="reliability.envs:CloseLoggingEnvironment", env=env, output=log,
+    ) as (proc, replicas):
         yield proc, replicas, close_log, log
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        for pid in pids:  # each in a session of its own: killed one by one
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 async def _stepping(replicas: list[dict[str, Any]], step_s: float) -> tuple[list[EnvClient], list[asyncio.Task[Any]]]:
