@@ -4,13 +4,19 @@ was generated on the event loop (a served 3000 froze every session for 18 s) or 
 from __future__ import annotations
 
 import asyncio
+import random
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from envsdk.cli import main
 from envsdk.client.client import EnvClient
+from envsdk.envs import frozen_lake
+from envsdk.envs.frozen_lake import FrozenLakeGame
 from envsdk.errors import ServerError
 from tests.cli.conftest import ServeFn, assert_one_line_error, envsdk
 
@@ -18,15 +24,37 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize("size", ["65", "100000"])
-def test_rollout_refuses_a_frozen_lake_above_the_bound_at_once(tmp_path: Path, size: str) -> None:
-    started = time.monotonic()
-    result = envsdk(
-        "rollout", "--env", "frozen_lake", "--episodes", "2", "--env-config", f'{{"size": {size}}}',
-        "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path, timeout=60,
-    )
+def test_rollout_refuses_a_frozen_lake_above_the_bound_at_once(
+    tmp_path: Path, size: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = ("rollout", "--env", "frozen_lake", "--episodes", "2", "--env-config", f'{{"size": {size}}}',
+               "--out", str(tmp_path / "out.jsonl"))
+    # As a user runs it: status 2, one line, nothing written (the timeout only bounds a hang).
+    result = envsdk(*command, cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result
     assert_one_line_error(result, "envsdk rollout: error:", "size", "<= 64", size)
-    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out.jsonl").exists()
+
+    # "At once" is a fact, not a time: the refusal comes before one cell of the map is drawn
+    # (a side of 100000 is 10^10 cells: hours, and more memory than the machine has; a served
+    # 3000 took 18 s). The same command in this process, each draw of a map's random counted.
+    draws = [0]
+
+    class CountingRandom(random.Random):
+        def random(self) -> float:
+            draws[0] += 1
+            return super().random()
+
+    monkeypatch.setattr(frozen_lake, "random", SimpleNamespace(Random=CountingRandom))
+    FrozenLakeGame.generate(size=64, seed=1)  # the counter sees a map being drawn: 64 x 64 cells at least
+    assert draws[0] >= 64 * 64
+    draws[0] = 0
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # `main` adds the current folder to it
+    assert main(list(command)) == 2
+    assert draws[0] == 0, f"{draws[0]} cells of a map of side {size} were drawn before it was refused"
+    assert "<= 64" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_a_served_frozen_lake_refuses_a_size_above_the_bound_as_invalid(tmp_path: Path, serve: ServeFn) -> None:

@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from envsdk.client import EnvClient
 from envsdk.client.transports import WebSocketTransport
-from envsdk.errors import EnvTimeoutError
+from envsdk.errors import EnvTimeoutError, ServerError
 from envsdk.protocol import (
     REQUEST_TYPES,
     FrameError,
@@ -86,9 +86,9 @@ async def test_inline_env_errors_become_execution_errors_and_the_session_goes_on
     with running_server(app) as url:
         async with EnvClient(url) as client:
             await client.reset()
-            with pytest.raises(Exception, match="echo env raised on purpose") as info:
+            with pytest.raises(ServerError, match="echo env raised on purpose") as info:
                 await client.step({"message": "raise"})
-            assert getattr(info.value, "code", None) == "EXECUTION_ERROR"
+            assert type(info.value) is ServerError and info.value.code == "EXECUTION_ERROR", repr(info.value)
             assert (await client.step({"message": "again"})).observation["echoed_message"] == "again"
 
 

@@ -27,6 +27,7 @@ from server.helpers import frame, wait_for_active, ws_url
 from websockets.asyncio.client import connect
 
 from envsdk.client import EnvClient
+from envsdk.errors import ServerError
 from envsdk.server import create_app
 from envsdk.testing import EchoAction, EchoEnvironment, EchoObservation, running_server
 from envsdk.types import State
@@ -83,9 +84,12 @@ async def test_an_unencodable_observation_is_a_recorded_execution_error_and_neve
         # The envsdk client's step raises the typed error once; the step ran once.
         async with EnvClient(url) as client:
             await client.reset()
-            with pytest.raises(Exception) as info:
+            with pytest.raises(ServerError) as info:
                 await client.step({"message": "bad"})
-            assert getattr(info.value, "code", None) == "EXECUTION_ERROR"
+            # EXECUTION_ERROR has no class of its own: the plain ServerError, not a subclass
+            # (EnvTimeoutError, NotResetError ...) nor a transport error, with the server's code.
+            assert type(info.value) is ServerError and info.value.code == "EXECUTION_ERROR", repr(info.value)
+            assert "cannot be encoded" in info.value.message
             assert UnencodableEnv.applied == 3
 
 

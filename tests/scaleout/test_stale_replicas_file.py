@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envsdk.client.pool import pools
+from envsdk.client.pool import PoolSettings, pools
 from envsdk.preflight import PreflightError, check_env_servers
 from envsdk.testing import free_port, free_ports, running_server
 from tests.cli.conftest import assert_one_line_error, envsdk
@@ -32,7 +32,15 @@ def stale_replicas_file(tmp_path: Path) -> Iterator[Path]:
         yield urls_file
 
 
-@pytest.mark.timeout(180)
+#: How long each episode waited for a server before the pre-flight read the file: the pool's
+#: ``acquire_timeout_s`` (`PoolSettings`), which the rollout command does not change.
+ACQUIRE_WAIT_S = PoolSettings().acquire_timeout_s
+#: The refusal takes the command's start-up and one /health per listed server (about 1 s here):
+#: half the old wait leaves a loaded machine 30 times that, and still tells the two apart.
+REFUSED_WITHIN_S = 30
+
+
+@pytest.mark.timeout(360)
 def test_a_replicas_file_whose_servers_are_all_gone_is_refused_by_the_preflight(
     tmp_path: Path, stale_replicas_file: Path
 ) -> None:
@@ -41,10 +49,17 @@ def test_a_replicas_file_whose_servers_are_all_gone_is_refused_by_the_preflight(
                   "--no-progress", "--out", "dead.jsonl", cwd=tmp_path, timeout=30)
     assert dead.returncode == 1 and "no environment server answers" in dead.stderr, dead.stderr
 
+    # The command may run past the old wait (its timeout is well above it), so that a regression
+    # is told by its own symptom, the wait, not cut short by the timeout.
+    assert ACQUIRE_WAIT_S is not None and REFUSED_WITHIN_S < ACQUIRE_WAIT_S
     started = time.monotonic()
     result = envsdk("rollout", "--env", "echo", "--base-url", stale_replicas_file.name, "--episodes", "2",
-                    "--no-progress", "--out", "out.jsonl", cwd=tmp_path, timeout=20)
-    assert time.monotonic() - started < 20
+                    "--no-progress", "--out", "out.jsonl", cwd=tmp_path, timeout=2 * ACQUIRE_WAIT_S)
+    elapsed = time.monotonic() - started
+    assert elapsed < REFUSED_WITHIN_S, (
+        f"refused after {elapsed:.0f} s: the pre-flight refuses at once; the episodes waiting "
+        f"acquire_timeout_s={ACQUIRE_WAIT_S} s for a server is the bug\n{result}"
+    )
     assert result.returncode == 1, result
     assert_one_line_error(result, "envsdk rollout: error:", "u2.json", "none of the 2", "answers", "supervisor that was stopped")
     assert not (tmp_path / "out.jsonl").exists()
@@ -58,8 +73,12 @@ def test_a_replicas_file_whose_servers_are_all_gone_is_refused_by_the_preflight(
     )
     started = time.monotonic()
     result = envsdk("rollout", "--dataset", str(rows), "--no-progress", "--out", "rows_out.jsonl", cwd=tmp_path,
-                    timeout=20)
-    assert time.monotonic() - started < 20
+                    timeout=2 * ACQUIRE_WAIT_S)
+    elapsed = time.monotonic() - started
+    assert elapsed < REFUSED_WITHIN_S, (
+        f"refused after {elapsed:.0f} s: the pre-flight refuses at once; the episodes waiting "
+        f"acquire_timeout_s={ACQUIRE_WAIT_S} s for a server is the bug\n{result}"
+    )
     assert result.returncode == 1, result
     assert_one_line_error(result, "envsdk rollout: error:", "u2.json", "none of the 2")
     assert not (tmp_path / "rows_out.jsonl").exists()

@@ -41,7 +41,8 @@ async def test_openenv_async_client_sees_capacity_reached(serve_echo):
         await holder.reset()
         second = GenericEnvClient(base_url=url)
         try:
-            with pytest.raises(Exception, match="CAPACITY_REACHED"):
+            # OpenEnv's client raises RuntimeError("Server error: <message> (code: <code>)") for an error frame.
+            with pytest.raises(RuntimeError, match=r"Server at capacity: 1/1 sessions.*\(code: CAPACITY_REACHED\)"):
                 await second.connect()
                 await second.reset()
         finally:
