@@ -88,6 +88,9 @@ def test_a_run_file_that_cannot_be_read_is_named_not_blamed_on_out(tmp_path: Pat
         # The same as the JSON text --env-config also takes.
         ('env = "frozen_lake"\nenv-config = "' + "[" * 100_000 + '"\n', ["env-config", "nested too deep"]),
     ],
+    # Named, not spelled out: a test's id reaches its subprocesses' environment (PYTEST_CURRENT_TEST),
+    # and one of 200,000 brackets is past what one variable may hold (exec fails with E2BIG).
+    ids=["misspelled", "wrong-type", "bad-choice", "not-bool", "not-toml", "deep-toml", "deep-json"],
 )
 def test_a_bad_run_file_is_one_clear_line_and_exit_2(tmp_path: Path, text: str, needles: list[str]) -> None:
     (tmp_path / "bad.toml").write_text(text, encoding="utf-8")
