@@ -27,6 +27,7 @@ TEST_CONTAINER_LIMITS = ContainerLimits(
 )
 
 
+@functools.cache
 def missing_for_containers() -> str | None:
     """Why container tests cannot run here (the first thing missing), or None when they can."""
     if os.geteuid() != 0:
@@ -41,8 +42,10 @@ def missing_for_containers() -> str | None:
     return None
 
 
-_MISSING = missing_for_containers()
-requires_containers = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+#: Marks a test that needs the container engine. tests/conftest.py skips it, saying what is
+#: missing, where the engine cannot run, and otherwise hands every such test to one xdist worker,
+#: one at a time: they share the engine's store (its disk budget, its images, its lock).
+requires_containers = pytest.mark.containers
 
 
 @functools.cache
@@ -55,8 +58,9 @@ def _engine_with_bases() -> ContainerEngine:
 @pytest.fixture(scope="session")
 def container_engine() -> ContainerEngine:
     """The podman engine (its own store) with both base images in it; once per test run."""
-    if _MISSING is not None:
-        pytest.skip(_MISSING)
+    missing = missing_for_containers()
+    if missing is not None:
+        pytest.skip(missing)
     return _engine_with_bases()
 
 
