@@ -49,6 +49,10 @@ SERIAL: tuple[str, ...] = (
     "reliability/test_execution_core.py",  # replies at a deadline, within 2 s
     "reliability/test_shutdown.py",
     "reliability/test_faults.py",
+    "reliability/test_game_attacks.py",  # an honest session's steps/s during an attack
+    "servers/test_coding_attacks.py",  # the same, against the coding server's sandboxes
+    "sandbox/test_sandbox.py",  # a warm sandbox taken within 50 ms
+    "scaleout/test_failover.py",  # placement beside a hung health check within 6 s
     "server/test_deadlines.py",
     "server/test_run_call.py",
     "server/test_scale.py",  # thousands of sessions, memory per session
