@@ -64,13 +64,17 @@ SERIAL: tuple[str, ...] = (
 _TESTS = Path(__file__).parent
 
 
+def is_serial(path: str) -> bool:
+    """Whether test file `path` (relative to tests/, as ``server/test_scale.py``) is listed in `SERIAL`."""
+    return any(path == entry or path.startswith(entry.rstrip("/") + "/") for entry in SERIAL)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests._containers import missing_for_containers
 
     for item in items:
-        path = Path(item.path).relative_to(_TESTS).as_posix() if Path(item.path).is_relative_to(_TESTS) else ""
-        if any(path == entry or path.startswith(entry.rstrip("/") + "/") for entry in SERIAL):
+        if item.path.is_relative_to(_TESTS) and is_serial(item.path.relative_to(_TESTS).as_posix()):
             item.add_marker(pytest.mark.serial)
         if item.get_closest_marker("containers") is not None:
             # Every container test shares the engine's store: one worker runs them, one at a time.

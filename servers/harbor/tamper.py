@@ -984,6 +984,12 @@ def _plain_or_absent(path: str) -> bool:
         return True
 
 
+def _top(path: bytes) -> str:
+    """The first two levels of container path `path` (``/root/a`` of ``/root/a/b/c``): what a
+    refusal names."""
+    return "/".join(os.fsdecode(path).split("/")[:3])
+
+
 def measure_changes(folder: str, budget: ChangeBudget, *, max_bytes: int = CHANGES_BYTES) -> str | None:
     """Walk `folder`, a container's upper layer (what was added, changed or deleted in it, kept
     by the engine on the host), no further than `budget` and `max_bytes` of paths (the size of
@@ -1002,11 +1008,9 @@ def measure_changes(folder: str, budget: ChangeBudget, *, max_bytes: int = CHANG
                 levels += depth + 1
                 size += len(path) + 4  # quoted and separated in the engine's list
                 if len(path) > budget.path_bytes:
-                    top = "/".join(os.fsdecode(path).split("/")[:3])
-                    return f"{top} (a path longer than {budget.path_bytes} bytes: too long to check)"
+                    return f"{_top(path)} (a path longer than {budget.path_bytes} bytes: too long to check)"
                 if depth + 1 > budget.depth:
-                    top = "/".join(os.fsdecode(path).split("/")[:3])
-                    return f"{top} (folders nested more than {budget.depth} deep: too deep to check)"
+                    return f"{_top(path)} (folders nested more than {budget.depth} deep: too deep to check)"
                 if entries > budget.entries or levels > budget.levels or size > max_bytes:
                     return TOO_MANY_CHANGES
                 if entries % 4096 == 0 and time.monotonic() - started > budget.seconds:
